@@ -1,0 +1,31 @@
+/** Stable codes of runtime failures; policy problems are data (see policy/issue.ts), not errors. */
+export type ErrorCode =
+  | 'usage'
+  | 'io'
+  | 'facts'
+  | 'command-failed'
+  | 'rootns-guard'
+  | 'fault-injected'
+  | 'lock-held'
+  | 'state-corrupt'
+  | 'apply-failed'
+  | 'partially-applied'
+  | 'unsupported';
+
+/** The one runtime error class: a stable `code`, a sentence-case message, and the `cause`. */
+export class EgressguardError extends Error {
+  readonly code: ErrorCode;
+  /** What the user can do about it, shown under the message. */
+  readonly hint: string | undefined;
+
+  constructor(code: ErrorCode, message: string, options: { cause?: unknown; hint?: string } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = 'EgressguardError';
+    this.code = code;
+    this.hint = options.hint;
+  }
+}
+
+export function isEgressguardError(error: unknown): error is EgressguardError {
+  return error instanceof EgressguardError;
+}

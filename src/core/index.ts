@@ -1,0 +1,15 @@
+export { EgressguardError, isEgressguardError, type ErrorCode } from './errors.js';
+export {
+  type Family,
+  type Prefix,
+  type ParsedAddress,
+  parseIpv4,
+  parseIpv6,
+  parseAddress,
+  parsePrefix,
+  prefixEnd,
+  formatAddress,
+  formatIpv4,
+  formatIpv6,
+} from './cidr.js';
+export { AddressSet } from './address-set.js';

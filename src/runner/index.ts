@@ -1,0 +1,12 @@
+export {
+  createRunner,
+  type Runner,
+  type RunnerOptions,
+  type RunOptions,
+  type CommandResult,
+  type Invocation,
+  type RunningCommand,
+  type Effect,
+} from './runner.js';
+export { Faults, type FaultAction } from './faults.js';
+export { isReadOnlyCommand } from './classify-command.js';

@@ -1,0 +1,185 @@
+import { appendFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { execa } from 'execa';
+import { EgressguardError } from '../core/index.js';
+import { isReadOnlyCommand, targetsNamedNamespace } from './classify-command.js';
+import { Faults } from './faults.js';
+
+/** What a command does to the network namespace it runs in, as the caller declares it. */
+export type Effect = 'read' | 'change';
+
+export interface RunOptions {
+  readonly effect: Effect;
+  readonly input?: string;
+  readonly timeoutMs?: number;
+  /** Return a non-zero exit instead of throwing. */
+  readonly allowFailure?: boolean;
+}
+
+export interface CommandResult {
+  readonly exitCode: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** One recorded command, for audits against an allow-list. */
+export interface Invocation {
+  readonly argv: readonly string[];
+  readonly netns: string | null;
+  readonly effect: Effect;
+  readonly exitCode: number | null;
+  readonly durationMs: number;
+}
+
+/** A long-running command (a monitor, a capture) read line by line. */
+export interface RunningCommand {
+  readonly lines: AsyncIterable<string>;
+  /** Resolves with the exit code when the process ends. */
+  readonly exited: Promise<number | null>;
+  stop(): Promise<void>;
+}
+
+/** The one way egressguard runs external commands. */
+export interface Runner {
+  readonly netns: string | undefined;
+  readonly faults: Faults;
+  readonly invocations: readonly Invocation[];
+  run(argv: readonly string[], options: RunOptions): Promise<CommandResult>;
+  start(argv: readonly string[], options: { readonly effect: Effect }): RunningCommand;
+  /** The same runner (shared record and faults) acting inside another namespace. */
+  inNamespace(netns: string | undefined): Runner;
+}
+
+export interface RunnerOptions {
+  readonly netns?: string | undefined;
+  /** Refuse changes outside a named namespace; defaults to EGRESSGUARD_ROOTNS_GUARD=1. */
+  readonly guard?: boolean;
+  readonly faults?: Faults;
+  /** Append every invocation as a JSON line; defaults to EGRESSGUARD_AUDIT_LOG. */
+  readonly auditLog?: string | undefined;
+}
+
+const NETNS_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/; // never a leading '-': it would be an option of ip
+
+export function createRunner(options: RunnerOptions = {}): Runner {
+  const shared = {
+    guard: options.guard ?? process.env['EGRESSGUARD_ROOTNS_GUARD'] === '1',
+    faults: options.faults ?? Faults.fromEnv(process.env['EGRESSGUARD_FAULTS']),
+    auditLog: options.auditLog ?? process.env['EGRESSGUARD_AUDIT_LOG'],
+    invocations: [] as Invocation[],
+  };
+  return makeRunner(shared, options.netns);
+}
+
+interface Shared {
+  readonly guard: boolean;
+  readonly faults: Faults;
+  readonly auditLog: string | undefined;
+  readonly invocations: Invocation[];
+}
+
+function makeRunner(shared: Shared, netns: string | undefined): Runner {
+  if (netns !== undefined && !NETNS_NAME.test(netns)) {
+    throw new EgressguardError('usage', `Cannot use network namespace name "${netns}"`, {
+      hint: 'use letters, digits, ".", "_" or "-" (not first), at most 64 characters',
+    });
+  }
+
+  const prepare = (
+    argv: readonly string[],
+    declared: Effect,
+  ): { full: string[]; effect: Effect } => {
+    const effect: Effect = declared === 'read' && isReadOnlyCommand(argv) ? 'read' : 'change';
+    if (
+      shared.guard &&
+      netns === undefined &&
+      effect === 'change' &&
+      !targetsNamedNamespace(argv)
+    ) {
+      throw new EgressguardError(
+        'rootns-guard',
+        `Refusing to run "${argv.join(' ')}" in the machine's own network namespace: EGRESSGUARD_ROOTNS_GUARD=1 is set`,
+        { hint: 'run it inside a lab namespace (--netns NAME)' },
+      );
+    }
+    const full = netns === undefined ? [...argv] : ['ip', 'netns', 'exec', netns, ...argv];
+    return { full, effect };
+  };
+
+  const record = (invocation: Invocation): void => {
+    shared.invocations.push(invocation);
+    if (shared.auditLog !== undefined) {
+      appendFileSync(shared.auditLog, `${JSON.stringify({ ...invocation, pid: process.pid })}\n`);
+    }
+  };
+
+  return {
+    netns,
+    faults: shared.faults,
+    invocations: shared.invocations,
+    inNamespace: (other) => makeRunner(shared, other),
+
+    async run(argv, options) {
+      const { full, effect } = prepare(argv, options.effect);
+      const started = performance.now();
+      const [file, ...args] = full;
+      const result = await execa(file ?? '', args, {
+        input: options.input ?? '',
+        reject: false,
+        timeout: options.timeoutMs ?? 120_000,
+        maxBuffer: 1024 * 1024 * 1024,
+        stripFinalNewline: false,
+      });
+      const exitCode = result.exitCode ?? null;
+      record({
+        argv,
+        netns: netns ?? null,
+        effect,
+        exitCode,
+        durationMs: Math.round(performance.now() - started),
+      });
+      const stdout = result.stdout;
+      const stderr = result.stderr;
+      if (result.failed && (!options.allowFailure || exitCode === null)) {
+        const detail = stderr.trim() || result.shortMessage;
+        throw new EgressguardError(
+          'command-failed',
+          `Command "${argv.join(' ')}"${netns === undefined ? '' : ` in namespace "${netns}"`} failed${exitCode === null ? '' : ` with exit code ${exitCode}`}: ${detail}`,
+          { cause: result },
+        );
+      }
+      return { exitCode: exitCode ?? -1, stdout, stderr };
+    },
+
+    start(argv, options) {
+      const { full, effect } = prepare(argv, options.effect);
+      const started = performance.now();
+      const [file, ...args] = full;
+      const child = execa(file ?? '', args, {
+        reject: false,
+        buffer: false,
+        stdin: 'ignore',
+        stderr: 'pipe',
+      });
+      const exited = child.then((r) => {
+        const exitCode = r.exitCode ?? null;
+        record({
+          argv,
+          netns: netns ?? null,
+          effect,
+          exitCode,
+          durationMs: Math.round(performance.now() - started),
+        });
+        return exitCode;
+      });
+      return {
+        lines: createInterface({ input: child.stdout, crlfDelay: Infinity }),
+        exited,
+        async stop() {
+          child.kill('SIGTERM');
+          await exited;
+        },
+      };
+    },
+  };
+}

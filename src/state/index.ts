@@ -1,0 +1,2 @@
+export { StateDir } from './state-dir.js';
+export { acquireHostLock, type HostLock } from './host-lock.js';
