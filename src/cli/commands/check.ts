@@ -1,0 +1,112 @@
+import { createHostView, evaluateProbes, lowerPolicy, type ProbeResult } from '../../ir/index.js';
+import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
+import { EXIT } from '../exit-codes.js';
+import { findFactsFile } from '../load-inputs.js';
+import { readHostFacts } from '../../facts/index.js';
+import { paint, printJson, printLine, type Output } from '../output.js';
+
+interface FileReport {
+  readonly file: string;
+  readonly valid: boolean;
+  readonly issues: readonly PolicyIssue[];
+  readonly facts: string | null;
+  readonly probes: readonly {
+    requirement: string;
+    probe: string;
+    expect: string;
+    verdict: string;
+    decidedBy: string | null;
+    agrees: boolean;
+  }[];
+  readonly requirements: readonly { id: string; safetyCritical: boolean; level: 'L1' | null }[];
+}
+
+/** `check POLICY…`: validates, then runs each probe through the reference evaluator. */
+export function runCheck(
+  files: readonly string[],
+  options: { facts?: string | undefined; json?: boolean | undefined },
+  output: Output,
+): number {
+  const reports = files.map((file) => checkFile(file, options.facts));
+  if (options.json === true) {
+    printJson(output, { valid: reports.every((r) => r.valid), files: reports });
+  } else {
+    for (const report of reports) printReport(report, output);
+  }
+  return reports.every((r) => r.valid) ? EXIT.ok : EXIT.failed;
+}
+
+function checkFile(file: string, factsOption: string | undefined): FileReport {
+  const parsed = loadPolicy(file);
+  const issues = [...parsed.issues];
+  const policy = parsed.policy;
+  const factsFile = policy === undefined ? undefined : findFactsFile(file, factsOption);
+  let results: ProbeResult[] = [];
+  if (policy !== undefined && factsFile !== undefined) {
+    const facts = readHostFacts(factsFile);
+    const ir = lowerPolicy(policy, facts);
+    results = evaluateProbes(ir, createHostView(facts), policy.requirements);
+    for (const result of results) {
+      if (result.mismatches.length === 0) continue;
+      const index = policy.requirements.findIndex((r) => r.id === result.requirement);
+      issues.push(
+        parsed.report(
+          ['requirements', index, 'probes', result.index],
+          'probe-mismatch',
+          `Probe ${result.probe.id} (${result.probe.from} → ${result.probe.to} ${String(result.probe.proto)}${result.probe.port === undefined ? '' : `/${result.probe.port}`}, tunnel ${result.probe.tunnel}): ${result.mismatches.join('; ')}`,
+        ),
+      );
+    }
+  }
+  const requirements = (policy?.requirements ?? []).map((r) => {
+    const own = results.filter((p) => p.requirement === r.id);
+    const proven = own.length > 0 && own.every((p) => p.mismatches.length === 0);
+    return { id: r.id, safetyCritical: r.safetyCritical, level: proven ? ('L1' as const) : null };
+  });
+  return {
+    file,
+    valid: !hasErrors(issues),
+    issues,
+    facts: factsFile ?? null,
+    probes: results.map((r) => ({
+      requirement: r.requirement,
+      probe: r.probe.id,
+      expect: r.probe.expect,
+      verdict: r.explanation.verdict,
+      decidedBy: r.explanation.decidedBy.id,
+      agrees: r.mismatches.length === 0,
+    })),
+    requirements,
+  };
+}
+
+function printReport(report: FileReport, output: Output): void {
+  for (const issue of report.issues) {
+    const line = formatIssue(issue);
+    printLine(
+      output,
+      issue.severity === 'error' ? paint(output, 'red', line) : paint(output, 'yellow', line),
+    );
+  }
+  const errors = report.issues.filter((i) => i.severity === 'error').length;
+  const warnings = report.issues.length - errors;
+  const counts = `${errors} error${errors === 1 ? '' : 's'}, ${warnings} warning${warnings === 1 ? '' : 's'}`;
+  if (!report.valid) {
+    printLine(output, paint(output, 'red', `✗ ${report.file}: invalid (${counts})`));
+    return;
+  }
+  const agreeing = report.probes.filter((p) => p.agrees).length;
+  const probeText =
+    report.facts === null
+      ? 'probes not evaluated: no facts.json beside the policy (pass --facts FILE)'
+      : `${agreeing}/${report.probes.length} probes agree with the evaluator (facts: ${report.facts})`;
+  const levels = report.requirements.filter((r) => r.level === 'L1').length;
+  printLine(
+    output,
+    paint(
+      output,
+      'green',
+      `✓ ${report.file}: valid (${counts}); ${probeText}; ${levels}/${report.requirements.length} requirements at L1`,
+    ),
+  );
+}

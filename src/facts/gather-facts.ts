@@ -1,0 +1,91 @@
+import { hostname, release } from 'node:os';
+import { readFileSync } from 'node:fs';
+import { EgressguardError } from '../core/index.js';
+import type { Runner } from '../runner/index.js';
+import { parseHostFacts, type HostFacts } from './host-facts.js';
+
+interface IpAddrJson {
+  ifname: string;
+  ifindex: number;
+  flags?: string[];
+  operstate?: string;
+  link_type?: string;
+  linkinfo?: { info_kind?: string };
+  addr_info?: { family: string; local: string; prefixlen: number; scope?: string }[];
+}
+
+interface IpRouteJson {
+  dst: string;
+  dev?: string;
+  gateway?: string;
+  metric?: number;
+  type?: string;
+}
+
+/** Reads the live host (or a namespace) through the runner: interfaces, routes, versions, labels. */
+export async function gatherFacts(
+  runner: Runner,
+  options: { labels?: Readonly<Record<string, string>> } = {},
+): Promise<HostFacts> {
+  if (process.platform !== 'linux') {
+    throw new EgressguardError('unsupported', `Cannot gather facts on ${process.platform} yet`, {
+      hint: 'write facts.json by hand (see testdata/policies/valid/macos-runner-fleet/facts.json)',
+    });
+  }
+  const links = JSON.parse(
+    (await runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' })).stdout,
+  ) as IpAddrJson[];
+  const routes: IpRouteJson[] = [];
+  for (const family of ['-4', '-6']) {
+    const out = await runner.run(['ip', '-j', family, 'route', 'show', 'table', 'main'], {
+      effect: 'read',
+    });
+    routes.push(...(JSON.parse(out.stdout || '[]') as IpRouteJson[]));
+  }
+  const nft = await runner
+    .run(['nft', '--version'], { effect: 'read', allowFailure: true })
+    .catch(() => undefined);
+  const ip = await runner.run(['ip', '-V'], { effect: 'read', allowFailure: true });
+  const tools: Record<string, string> = {};
+  const nftVersion = /v?(\d+\.\d+(\.\d+)?)/.exec(nft?.stdout ?? '')?.[1];
+  if (nftVersion !== undefined) tools['nft'] = nftVersion;
+  const ipVersion = /(\d+\.\d+\.\d+)/.exec(ip.stdout)?.[1];
+  if (ipVersion !== undefined) tools['ip'] = ipVersion;
+
+  return parseHostFacts(
+    {
+      schema: 'egressguard/facts/v1',
+      hostname: readHostname(),
+      os: 'linux',
+      kernel: release(),
+      tools,
+      labels: { ...options.labels },
+      interfaces: links.map((l) => ({
+        name: l.ifname,
+        index: l.ifindex,
+        up: l.operstate === 'UP' || (l.flags ?? []).includes('UP'),
+        ...(l.linkinfo?.info_kind === undefined ? {} : { kind: l.linkinfo.info_kind }),
+        addresses: (l.addr_info ?? [])
+          .filter((a) => a.family === 'inet' || a.family === 'inet6')
+          .map((a) => `${a.local}/${a.prefixlen}`),
+      })),
+      routes: routes
+        .filter((r) => r.dev !== undefined && (r.type === undefined || r.type === 'unicast'))
+        .map((r) => ({
+          destination: r.dst,
+          interface: r.dev ?? '',
+          ...(r.gateway === undefined ? {} : { gateway: r.gateway }),
+          ...(r.metric === undefined ? {} : { metric: r.metric }),
+        })),
+    },
+    'the live host',
+  );
+}
+
+function readHostname(): string {
+  try {
+    return readFileSync('/proc/sys/kernel/hostname', 'utf8').trim();
+  } catch {
+    return hostname();
+  }
+}

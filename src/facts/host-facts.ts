@@ -1,0 +1,120 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { EgressguardError, parsePrefix } from '../core/index.js';
+
+const factsSchema = z.strictObject({
+  schema: z.literal('egressguard/facts/v1'),
+  hostname: z.string(),
+  os: z.enum(['linux', 'darwin']),
+  kernel: z.string().optional(),
+  tools: z.record(z.string(), z.string()).default({}),
+  labels: z.record(z.string(), z.string()).default({}),
+  interfaces: z.array(
+    z.strictObject({
+      name: z.string(),
+      index: z.number().int().optional(),
+      up: z.boolean(),
+      kind: z.string().optional(),
+      addresses: z.array(z.string()),
+    }),
+  ),
+  routes: z.array(
+    z.strictObject({
+      destination: z.string().describe('"default" or a prefix'),
+      interface: z.string(),
+      gateway: z.string().optional(),
+      metric: z.number().int().optional(),
+    }),
+  ),
+});
+
+/** What egressguard knows about a host: an explicit, serialisable input to lowering. */
+export type HostFacts = z.output<typeof factsSchema>;
+export type InterfaceFacts = HostFacts['interfaces'][number];
+export type RouteFacts = HostFacts['routes'][number];
+
+/** Validates facts read from JSON; throws a `facts` error naming the file and the field. */
+export function parseHostFacts(json: unknown, source: string): HostFacts {
+  const parsed = factsSchema.safeParse(json);
+  if (!parsed.success) {
+    const first = parsed.error.issues[0];
+    const where = first?.path.join('.') ?? '';
+    throw new EgressguardError(
+      'facts',
+      `Cannot use host facts "${source}": ${where === '' ? '' : `at "${where}": `}${first?.message ?? 'invalid'}`,
+      { hint: 'regenerate them with `egressguard facts --json`' },
+    );
+  }
+  for (const iface of parsed.data.interfaces) {
+    for (const address of iface.addresses) {
+      if (parsePrefix(address) === undefined) {
+        throw new EgressguardError(
+          'facts',
+          `Cannot use host facts "${source}": interface "${iface.name}" has malformed address "${address}"`,
+        );
+      }
+    }
+  }
+  return parsed.data;
+}
+
+export function readHostFacts(file: string): HostFacts {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new EgressguardError(
+      'io',
+      `Cannot read host facts "${file}": ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (error) {
+    throw new EgressguardError(
+      'facts',
+      `Cannot parse host facts "${file}": ${(error as Error).message}`,
+      {
+        cause: error,
+      },
+    );
+  }
+  return parseHostFacts(json, file);
+}
+
+/**
+ * The uplink: the interface of the main table's default route, ignoring declared tunnels (a full
+ * tunnel installs its own default). Several distinct default-route interfaces are an error: which
+ * one NAT and filtering should use is a decision for the policy (`interfaces.uplink: NAME`).
+ */
+export function resolveUplink(
+  facts: HostFacts,
+  uplink: string,
+  tunnels: readonly string[],
+): string {
+  if (uplink !== 'default-route') return uplink;
+  const candidates = [
+    ...new Set(
+      facts.routes
+        .filter((r) => r.destination === 'default' && !tunnels.includes(r.interface))
+        .map((r) => r.interface),
+    ),
+  ];
+  if (candidates.length === 1 && candidates[0] !== undefined) return candidates[0];
+  if (candidates.length === 0) {
+    throw new EgressguardError(
+      'facts',
+      `Cannot find the uplink of host "${facts.hostname}": no default route outside the tunnels`,
+      { hint: 'add a default route, or name the uplink in the policy (interfaces.uplink: eth0)' },
+    );
+  }
+  throw new EgressguardError(
+    'facts',
+    `Cannot choose the uplink of host "${facts.hostname}": default routes leave by ${candidates.map((c) => `"${c}"`).join(' and ')}`,
+    { hint: 'name the uplink in the policy (interfaces.uplink: NAME)' },
+  );
+}

@@ -1,0 +1,9 @@
+export {
+  parseHostFacts,
+  readHostFacts,
+  resolveUplink,
+  type HostFacts,
+  type InterfaceFacts,
+  type RouteFacts,
+} from './host-facts.js';
+export { gatherFacts } from './gather-facts.js';

@@ -1,0 +1,58 @@
+import type { Probe, Requirement } from '../policy/index.js';
+import { evaluatePacket, parsePacket, type Explanation, type HostView } from './evaluate.js';
+import type { PolicyIR } from './nodes.js';
+
+export interface ProbeResult {
+  readonly requirement: string;
+  readonly probe: Probe;
+  /** Index of the probe in its requirement, for pointing at it in the policy. */
+  readonly index: number;
+  readonly explanation: Explanation;
+  /** Why the evaluator disagrees with the probe's expectation; empty when it agrees. */
+  readonly mismatches: readonly string[];
+}
+
+/** Runs each requirement's probes through the reference evaluator: the L1 (static) proof. */
+export function evaluateProbes(
+  ir: PolicyIR,
+  host: HostView,
+  requirements: readonly Requirement[],
+): ProbeResult[] {
+  return requirements.flatMap((requirement) =>
+    requirement.probes.map((probe, index) => {
+      const packet = parsePacket({
+        from: probe.from,
+        to: probe.to,
+        ingress: probe.in,
+        protocol: probe.proto,
+        port: probe.port,
+      });
+      const explanation = evaluatePacket(ir, host, packet, { tunnel: probe.tunnel });
+      const mismatches: string[] = [];
+      if (explanation.verdict !== probe.expect) {
+        mismatches.push(
+          `expected ${probe.expect}, the policy gives ${explanation.verdict} (decided by ${explanation.decidedBy.kind}${explanation.decidedBy.id === null ? '' : ` "${explanation.decidedBy.id}"`})`,
+        );
+      }
+      if (
+        probe.via !== undefined &&
+        explanation.verdict === 'allow' &&
+        explanation.via !== probe.via
+      ) {
+        mismatches.push(
+          `expected to leave by "${probe.via}", leaves by "${explanation.via ?? 'nothing'}"`,
+        );
+      }
+      if (
+        probe.egress !== undefined &&
+        explanation.verdict === 'allow' &&
+        explanation.egress !== probe.egress
+      ) {
+        mismatches.push(
+          `expected egress address ${probe.egress}, gets ${explanation.egress ?? 'none'}`,
+        );
+      }
+      return { requirement: requirement.id, probe, index, explanation, mismatches };
+    }),
+  );
+}

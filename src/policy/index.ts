@@ -1,0 +1,21 @@
+export { loadPolicy, parsePolicy, type ParseResult } from './parse-policy.js';
+export {
+  ISSUE_CODES,
+  formatIssue,
+  hasErrors,
+  type IssueCode,
+  type PolicyIssue,
+  type Severity,
+} from './issue.js';
+export type {
+  Destination,
+  Policy,
+  PolicyClass,
+  PolicyRule,
+  PortRange,
+  Probe,
+  Protocol,
+  Requirement,
+} from './policy.js';
+export { policyJsonSchema } from './schema.js';
+export { didYouMean } from './did-you-mean.js';

@@ -1,0 +1,70 @@
+/** Every problem a policy can have, by stable code. Each has a case in testdata/policies/invalid. */
+export const ISSUE_CODES = {
+  // errors
+  'yaml-syntax': 'error',
+  'duplicate-key': 'error',
+  'api-version': 'error',
+  'unknown-field': 'error',
+  'missing-field': 'error',
+  'invalid-type': 'error',
+  'invalid-value': 'error',
+  'malformed-cidr': 'error',
+  'malformed-address': 'error',
+  'unknown-network': 'error',
+  'network-cycle': 'error',
+  'unreadable-file': 'error',
+  'unknown-interface': 'error',
+  'invalid-interface-name': 'error',
+  'missing-ingress': 'error',
+  'ingress-on-host-class': 'error',
+  'source-overlap': 'error',
+  'tunnel-class-without-tunnel': 'error',
+  'kill-switch-on-uplink': 'error',
+  'kill-switch-audit': 'error',
+  'duplicate-id': 'error',
+  'invalid-protocol': 'error',
+  'port-range': 'error',
+  'ports-without-protocol': 'error',
+  'misplaced-keyword': 'error',
+  'probe-mismatch': 'error',
+  // warnings
+  'shadowed-rule': 'warning',
+  'unreachable-family': 'warning',
+  'empty-network': 'warning',
+  'host-bits': 'warning',
+} as const;
+
+export type IssueCode = keyof typeof ISSUE_CODES;
+export type Severity = 'error' | 'warning';
+
+/** A problem in a policy, as data (never thrown), pointing at the exact place. */
+export interface PolicyIssue {
+  readonly code: IssueCode;
+  readonly severity: Severity;
+  readonly file: string;
+  /** 1-based. */
+  readonly line: number;
+  /** 1-based. */
+  readonly column: number;
+  /** Dotted path in the document, e.g. classes.vm.rules[2].ports[0]. */
+  readonly path: string;
+  readonly message: string;
+}
+
+/** `FILE:LINE:COL: error CODE: message`, one line per issue. */
+export function formatIssue(issue: PolicyIssue): string {
+  return `${issue.file}:${issue.line}:${issue.column}: ${issue.severity} ${issue.code}: ${issue.message}`;
+}
+
+export function hasErrors(issues: readonly PolicyIssue[]): boolean {
+  return issues.some((i) => i.severity === 'error');
+}
+
+export function formatPath(path: readonly (string | number)[]): string {
+  let out = '';
+  for (const segment of path) {
+    if (typeof segment === 'number') out += `[${segment}]`;
+    else out += out === '' ? segment : `.${segment}`;
+  }
+  return out;
+}

@@ -1,0 +1,96 @@
+import { isMap, isPair, isScalar, isSeq, type Document, type LineCounter, type Node } from 'yaml';
+import { ISSUE_CODES, formatPath, type IssueCode, type PolicyIssue } from './issue.js';
+
+export type Path = readonly (string | number)[];
+
+/** Turns document paths into file positions and collects issues. */
+export class IssueCollector {
+  readonly issues: PolicyIssue[] = [];
+
+  constructor(
+    readonly file: string,
+    private readonly doc: Document,
+    private readonly lines: LineCounter,
+  ) {}
+
+  /** Reports at the value at `path`, or at its nearest existing ancestor. */
+  at(path: Path, code: IssueCode, message: string): void {
+    this.push(path, this.offsetOf(path, false), code, message);
+  }
+
+  /** Reports at the key of the entry at `path` (unknown and duplicate fields). */
+  atKey(path: Path, code: IssueCode, message: string): void {
+    this.push(path, this.offsetOf(path, true), code, message);
+  }
+
+  /** Reports at a position in another file (a network list file). */
+  inFile(
+    file: string,
+    position: { line: number; column: number },
+    path: Path,
+    code: IssueCode,
+    message: string,
+  ): void {
+    this.issues.push({
+      code,
+      severity: ISSUE_CODES[code],
+      file,
+      line: position.line,
+      column: position.column,
+      path: formatPath(path),
+      message,
+    });
+  }
+
+  atOffset(offset: number, code: IssueCode, message: string): void {
+    this.push([], offset, code, message);
+  }
+
+  /** Whether the document spells out this key (as opposed to a schema default). */
+  has(path: Path): boolean {
+    return this.doc.hasIn(path);
+  }
+
+  private push(path: Path, offset: number, code: IssueCode, message: string): void {
+    const pos = this.lines.linePos(offset);
+    this.issues.push({
+      code,
+      severity: ISSUE_CODES[code],
+      file: this.file,
+      line: pos.line,
+      column: pos.col,
+      path: formatPath(path),
+      message,
+    });
+  }
+
+  private offsetOf(path: Path, key: boolean): number {
+    let node: unknown = this.doc.contents;
+    let offset = rangeStart(node) ?? 0;
+    for (let i = 0; i < path.length; i++) {
+      const segment = path[i];
+      const last = i === path.length - 1;
+      if (isMap(node)) {
+        const pair = node.items.find(
+          (p) => isPair(p) && isScalar(p.key) && p.key.value === segment,
+        );
+        if (pair === undefined) return offset;
+        if (last && key) return rangeStart(pair.key) ?? offset;
+        node = pair.value;
+        offset = rangeStart(node) ?? rangeStart(pair.key) ?? offset;
+      } else if (isSeq(node) && typeof segment === 'number') {
+        node = node.items[segment];
+        if (node === undefined) return offset;
+        offset = rangeStart(node) ?? offset;
+      } else {
+        return offset;
+      }
+    }
+    return offset;
+  }
+}
+
+function rangeStart(node: unknown): number | undefined {
+  const range = (node as Node | null | undefined)?.range;
+  return range ? range[0] : undefined;
+}

@@ -1,0 +1,73 @@
+import type { AddressSet } from '../core/index.js';
+
+/** An IP protocol: the three with family-aware meaning by name, any other by number. */
+export type Protocol = 'tcp' | 'udp' | 'icmp' | number;
+
+export interface PortRange {
+  readonly from: number;
+  readonly to: number;
+}
+
+export type Destination =
+  | { readonly kind: 'any' }
+  | { readonly kind: 'self' }
+  | { readonly kind: 'addresses'; readonly set: AddressSet; readonly names: readonly string[] };
+
+export interface PolicyRule {
+  readonly id: string;
+  readonly action: 'allow' | 'deny' | 'audit';
+  readonly destination: Destination;
+  /** Null: every IP protocol. */
+  readonly protocols: readonly Protocol[] | null;
+  /** Null: every port. */
+  readonly ports: readonly PortRange[] | null;
+}
+
+export interface PolicyClass {
+  readonly name: string;
+  readonly origin: 'forwarded' | 'host';
+  readonly ingress: readonly string[];
+  readonly sources: AddressSet;
+  readonly ipv6: 'block' | 'allow';
+  readonly labels: Readonly<Record<string, string>>;
+  readonly via: { readonly kind: 'uplink' } | { readonly kind: 'tunnel'; readonly name: string };
+  readonly killSwitch: {
+    readonly except: AddressSet;
+    readonly exceptNames: readonly string[];
+  } | null;
+  readonly rules: readonly PolicyRule[];
+  readonly defaultAction: 'allow' | 'deny';
+  readonly nat: boolean;
+  readonly mssClamp: 'pmtu' | number | null;
+}
+
+export interface Probe {
+  readonly id: string;
+  readonly from: string;
+  readonly in: string | undefined;
+  readonly to: string;
+  readonly proto: Protocol;
+  readonly port: number | undefined;
+  readonly tunnel: 'up' | 'down';
+  readonly expect: 'allow' | 'deny';
+  readonly egress: string | undefined;
+  readonly via: string | undefined;
+}
+
+export interface Requirement {
+  readonly id: string;
+  readonly statement: string;
+  readonly safetyCritical: boolean;
+  readonly probes: readonly Probe[];
+}
+
+/** A validated policy with every network resolved to address sets. */
+export interface Policy {
+  readonly file: string;
+  readonly name: string;
+  /** "default-route" or an interface name. */
+  readonly uplink: string;
+  readonly tunnels: readonly string[];
+  readonly classes: readonly PolicyClass[];
+  readonly requirements: readonly Requirement[];
+}
