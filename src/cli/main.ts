@@ -1,6 +1,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { isEgressguardError } from '../core/index.js';
 import { runCheck } from './commands/check.js';
+import { runCompile } from './commands/compile.js';
 import { runExplain } from './commands/explain.js';
 import { runFacts } from './commands/facts.js';
 import { runSchema } from './commands/schema.js';
@@ -64,6 +65,19 @@ export function createProgram(output: Output, setExit: (code: number) => void): 
     )
     .action((file: string, opts: Parameters<typeof runExplain>[1]) => {
       setExit(runExplain(file, opts, output));
+    });
+
+  program
+    .command('compile')
+    .description('Compile a policy for a backend and print (or write) the artifacts, hash-stamped')
+    .argument('<policy>', 'policy file (YAML)')
+    .option('--target <backend>', "backend (default: the one for the facts' OS)")
+    .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
+    .option('--table <name>', 'owned table name', 'egressguard')
+    .option('--out <dir>', 'write the artifacts into this directory')
+    .option('--json', 'print the artifacts and the hash as JSON')
+    .action((file: string, opts: Parameters<typeof runCompile>[1]) => {
+      setExit(runCompile(file, opts, output));
     });
 
   program

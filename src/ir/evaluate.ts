@@ -38,6 +38,7 @@ export type Decision =
   | { readonly kind: 'anti-spoofing'; readonly id: string }
   | { readonly kind: 'ipv6-block'; readonly id: string }
   | { readonly kind: 'neighbour-discovery'; readonly id: string }
+  | { readonly kind: 'dhcp'; readonly id: string }
   | { readonly kind: 'kill-switch'; readonly id: string }
   | { readonly kind: 'unmanaged'; readonly id: null };
 
@@ -165,25 +166,12 @@ export function evaluatePacket(
     notes,
   });
 
+  const housekeeping = linkHousekeeping(cls, packet, hook);
+  if (housekeeping !== undefined) return housekeeping;
   const sources = cls.selector.sources;
   if (!sources.has(packet.family)) {
     if (packet.family === 6 && !cls.blockUnlistedIpv6) {
       // IPv6 explicitly allowed for a class without IPv6 prefixes: no source check possible.
-    } else if (
-      packet.family === 6 &&
-      packet.protocol === 'icmp' &&
-      ND_DESTINATIONS.contains(6, packet.destination)
-    ) {
-      return {
-        class: cls.name,
-        verdict: 'allow',
-        decidedBy: { kind: 'neighbour-discovery', id: `${cls.name}/ipv6-block` },
-        via: 'local',
-        egress: null,
-        hook: 'input',
-        layers: LAYERS_FILTER,
-        notes: ['Neighbour discovery with the host stays open so the link works'],
-      };
     } else {
       return packet.family === 6
         ? deny({ kind: 'ipv6-block', id: `${cls.name}/ipv6-block` }, LAYERS_FILTER, [
@@ -254,6 +242,45 @@ export function evaluatePacket(
     hook: effectiveHook,
     layers,
     notes,
+  };
+}
+
+/**
+ * Neighbour discovery and DHCP with the host stay open ahead of anti-spoofing, or the link breaks.
+ * ICMPv6 to a link-local or multicast address stands for neighbour discovery here.
+ */
+function linkHousekeeping(
+  cls: ClassIR,
+  packet: Packet,
+  hook: 'forward' | 'output',
+): Explanation | undefined {
+  if (hook !== 'forward') return undefined;
+  let decidedBy: Decision | undefined;
+  if (
+    packet.family === 6 &&
+    packet.protocol === 'icmp' &&
+    ND_DESTINATIONS.contains(6, packet.destination)
+  ) {
+    decidedBy = { kind: 'neighbour-discovery', id: `${cls.name}/neighbour-discovery` };
+  } else if (
+    packet.family === 4 &&
+    packet.protocol === 'udp' &&
+    packet.port === 67 &&
+    packet.source === 0 &&
+    packet.destination === 0xffffffff
+  ) {
+    decidedBy = { kind: 'dhcp', id: `${cls.name}/dhcp` };
+  }
+  if (decidedBy === undefined) return undefined;
+  return {
+    class: cls.name,
+    verdict: 'allow',
+    decidedBy,
+    via: 'local',
+    egress: null,
+    hook: 'input',
+    layers: LAYERS_FILTER,
+    notes: ['Link housekeeping with the host (neighbour discovery, DHCP) stays open'],
   };
 }
 

@@ -1,0 +1,147 @@
+import { AddressSet, type Family } from '../core/index.js';
+import type { EvaluationState, Packet, PolicyIR } from '../ir/index.js';
+import type { Protocol } from '../policy/index.js';
+
+export interface TestPacket {
+  readonly packet: Packet;
+  readonly state: EvaluationState;
+}
+
+const V4_MAX = 2 ** 32 - 1;
+const V6_MAX = (1n << 128n) - 1n;
+const PROTOCOLS: readonly Protocol[] = ['tcp', 'udp', 'icmp', 47, 50, 132];
+
+/**
+ * Packets biased to the edges where compilers go wrong: the first and last address of every
+ * interval and one outside each, every port-range edge and its neighbours, both families, and
+ * GRE/ESP/SCTP besides TCP/UDP/ICMP. Deterministic for a seed.
+ */
+export function generateBoundaryPackets(
+  ir: PolicyIR,
+  options: {
+    count: number;
+    seed: number;
+    hostAddresses?: AddressSet;
+    extraInterfaces?: readonly string[];
+  },
+): TestPacket[] {
+  const random = mulberry32(options.seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+
+  const destinationSets: AddressSet[] = [ir.localPrefixes];
+  if (options.hostAddresses !== undefined) destinationSets.push(options.hostAddresses);
+  const ports = new Set<number>([1, 22, 53, 80, 443, 65535]);
+  for (const cls of ir.classes) {
+    if (cls.killSwitch !== null) destinationSets.push(cls.killSwitch.except);
+    for (const rule of cls.rules) {
+      if (rule.match.destination.kind === 'addresses')
+        destinationSets.push(rule.match.destination.set);
+      for (const range of rule.match.ports ?? []) {
+        for (const p of [
+          range.from - 1,
+          range.from,
+          range.from + 1,
+          range.to - 1,
+          range.to,
+          range.to + 1,
+        ]) {
+          if (p >= 1 && p <= 65535) ports.add(p);
+        }
+      }
+    }
+  }
+  const destinationEdges = { 4: edges(destinationSets, 4), 6: edges(destinationSets, 6) };
+  const portList = [...ports].sort((a, b) => a - b);
+
+  const classes = ir.classes.filter((c) => c.selector.kind === 'ingress');
+  const packets: TestPacket[] = [];
+  for (let i = 0; i < options.count && classes.length > 0; i++) {
+    const cls = pick(classes);
+    if (cls.selector.kind !== 'ingress') continue;
+    const family: Family =
+      cls.selector.sources.has(6) && random() < 0.4
+        ? 6
+        : cls.selector.sources.has(4)
+          ? random() < 0.15
+            ? 6
+            : 4
+          : 6;
+    const sourceEdges = edges([cls.selector.sources], family);
+    const source =
+      random() < 0.8
+        ? (randomIn(cls.selector.sources, family, random) ??
+          pick(sourceEdges.length > 0 ? sourceEdges : [documentationAddress(family, random)]))
+        : pick(sourceEdges.length > 0 ? sourceEdges : [documentationAddress(family, random)]);
+    const edgeList = destinationEdges[family];
+    const destination =
+      edgeList.length > 0 && random() < 0.7 ? pick(edgeList) : documentationAddress(family, random);
+    const protocol = pick(PROTOCOLS);
+    const port =
+      protocol === 'tcp' || protocol === 'udp' || protocol === 132 ? pick(portList) : undefined;
+    const pattern = pick(cls.selector.interfaces);
+    const ingress = pattern.endsWith('*')
+      ? `${pattern.slice(0, -1)}${Math.floor(random() * 4)}`
+      : pattern;
+    packets.push({
+      packet: { family, source, destination, ingress, protocol, port },
+      state: { tunnel: random() < 0.5 ? 'up' : 'down' },
+    });
+  }
+  return packets;
+}
+
+/** First and last address of every interval, and one beyond each end. */
+function edges(sets: readonly AddressSet[], family: Family): (number | bigint)[] {
+  const out = new Set<number | bigint>();
+  const max = family === 4 ? V4_MAX : V6_MAX;
+  for (const set of sets) {
+    for (const [s, e] of set.intervals(family)) {
+      out.add(s);
+      out.add(e);
+      if (family === 4) {
+        if ((s as number) > 0) out.add((s as number) - 1);
+        if ((e as number) < (max as number)) out.add((e as number) + 1);
+      } else {
+        if ((s as bigint) > 0n) out.add((s as bigint) - 1n);
+        if ((e as bigint) < (max as bigint)) out.add((e as bigint) + 1n);
+      }
+    }
+  }
+  return [...out];
+}
+
+function randomIn(
+  set: AddressSet,
+  family: Family,
+  random: () => number,
+): number | bigint | undefined {
+  const intervals = [...set.intervals(family)];
+  const chosen = intervals[Math.floor(random() * intervals.length)];
+  if (chosen === undefined) return undefined;
+  const [s, e] = chosen;
+  if (family === 4)
+    return (s as number) + Math.floor(random() * ((e as number) - (s as number) + 1));
+  const span = (e as bigint) - (s as bigint) + 1n;
+  const offset = BigInt(Math.floor(random() * Number(span > 1_000_000n ? 1_000_000n : span)));
+  return (s as bigint) + offset;
+}
+
+/** An address in the documentation ranges (RFC 5737, RFC 3849): the lab's "internet". */
+function documentationAddress(family: Family, random: () => number): number | bigint {
+  if (family === 4) {
+    const bases = [0xc0000200, 0xc6336400, 0xcb007100]; // 192.0.2.0, 198.51.100.0, 203.0.113.0
+    return (bases[Math.floor(random() * 3)] ?? 0xc0000200) + 1 + Math.floor(random() * 254);
+  }
+  return (0x20010db8n << 96n) | BigInt(Math.floor(random() * 0xffffffff));
+}
+
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

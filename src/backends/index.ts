@@ -1,0 +1,30 @@
+export type {
+  Applier,
+  Artifact,
+  Backend,
+  BackendContext,
+  Capabilities,
+  CompileOptions,
+  Compiler,
+  Inspector,
+} from './backend.js';
+export { BackendRegistry } from './registry.js';
+export { generateBoundaryPackets, type TestPacket } from './boundary-packets.js';
+export {
+  checkConformance,
+  type ConformanceHarness,
+  type Disagreement,
+  type Observed,
+} from './conformance.js';
+export {
+  nftablesBackend,
+  buildSteering,
+  DEFAULT_TABLE,
+  LOG_GROUP,
+  RULESET_ARTIFACT,
+  STEERING_ARTIFACT,
+  STEERING_DEFAULTS,
+  type SteeringRoute,
+  type SteeringRule,
+  type SteeringSpec,
+} from './nftables/index.js';

@@ -1,0 +1,10 @@
+export { nftablesBackend } from './nftables-backend.js';
+export { createNftCompiler, DEFAULT_TABLE, LOG_GROUP, RULESET_ARTIFACT } from './nft-compiler.js';
+export {
+  buildSteering,
+  STEERING_ARTIFACT,
+  STEERING_DEFAULTS,
+  type SteeringRoute,
+  type SteeringRule,
+  type SteeringSpec,
+} from './steering.js';

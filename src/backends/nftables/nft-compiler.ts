@@ -1,0 +1,349 @@
+import type { AddressSet, Family } from '../../core/index.js';
+import type { HostFacts } from '../../facts/index.js';
+import {
+  assertNever,
+  BLANK_STAMP,
+  type ClassIR,
+  type PolicyIR,
+  type RuleIR,
+} from '../../ir/index.js';
+import type { Protocol } from '../../policy/index.js';
+import type { Artifact, CompileOptions, Compiler } from '../backend.js';
+import { createNamer, nftString } from './nft-names.js';
+import { compileSteering, STEERING_ARTIFACT } from './steering.js';
+
+export const DEFAULT_TABLE = 'egressguard';
+export const RULESET_ARTIFACT = 'ruleset.nft';
+/** nflog group of audit and drop logs (`egressguard drops` reads it). */
+export const LOG_GROUP = 2;
+const LOG_LIMIT = 'limit rate 20/second burst 40 packets';
+
+const FAMILY = {
+  4: { nfproto: 'ipv4', addr: 'ip', type: 'ipv4_addr', icmp: 'icmp' },
+  6: { nfproto: 'ipv6', addr: 'ip6', type: 'ipv6_addr', icmp: 'ipv6-icmp' },
+} as const;
+
+// RFC 4861: neighbour discovery is link-local and always sent with hop limit 255.
+const ND_MATCH =
+  'meta nfproto ipv6 icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255';
+// RFC 2131: a client without an address broadcasts from 0.0.0.0 to the server port.
+const DHCP_MATCH =
+  'meta nfproto ipv4 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67';
+
+/**
+ * Compiles the IR into one owned `table inet` as a single nft transaction (declare, delete,
+ * define: a rejected transaction leaves the old table intact), plus steering specs.
+ */
+export function createNftCompiler(): Compiler {
+  return {
+    compile(ir: PolicyIR, facts: HostFacts, options: CompileOptions = {}): readonly Artifact[] {
+      const table = options.tableName ?? DEFAULT_TABLE;
+      const stamp = options.stamp ?? BLANK_STAMP;
+      return [
+        { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp, facts }) },
+        { name: STEERING_ARTIFACT, content: compileSteering(ir) },
+      ];
+    },
+  };
+}
+
+interface Emitter {
+  readonly sets: string[];
+  readonly counters: Map<string, string>;
+  readonly declared: Map<string, Partial<Record<Family, string>>>;
+  readonly chains: string[];
+  readonly name: (prefix: string, id: string) => string;
+}
+
+function compileRuleset(
+  ir: PolicyIR,
+  ctx: { table: string; stamp: string; facts: HostFacts },
+): string {
+  const e: Emitter = {
+    sets: [],
+    counters: new Map(),
+    declared: new Map(),
+    chains: [],
+    name: createNamer(),
+  };
+  const dispatch = { forward: [] as string[], input: [] as string[], output: [] as string[] };
+  const nat: string[] = [];
+
+  for (const cls of ir.classes) {
+    const families = producedFamilies(cls);
+    const src = declareAddressSets(
+      e,
+      `${cls.name}_src`,
+      cls.selector.sources,
+      `class ${cls.name} sources`,
+    );
+    switch (cls.selector.kind) {
+      case 'ingress': {
+        const ifnames = nftSet(cls.selector.interfaces.map(ifnamePattern));
+        const fwd = e.name('c_', `${cls.name}_fwd`);
+        const inp = e.name('c_', `${cls.name}_in`);
+        dispatch.forward.push(
+          `iifname ${ifnames} jump ${fwd} comment ${nftString(`class ${cls.name}`)}`,
+        );
+        dispatch.input.push(
+          `iifname ${ifnames} jump ${inp} comment ${nftString(`class ${cls.name}`)}`,
+        );
+        e.chains.push(chain(fwd, classChain(e, cls, { hook: 'forward', src, families, ir })));
+        e.chains.push(chain(inp, classChain(e, cls, { hook: 'input', src, families, ir })));
+        break;
+      }
+      case 'host': {
+        const out = e.name('c_', `${cls.name}_out`);
+        for (const f of families) {
+          if (src[f] !== undefined) {
+            dispatch.output.push(
+              `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${src[f]} jump ${out} comment ${nftString(`class ${cls.name}`)}`,
+            );
+          }
+        }
+        e.chains.push(chain(out, classChain(e, cls, { hook: 'output', src, families, ir })));
+        break;
+      }
+      default:
+        assertNever(cls.selector);
+    }
+    if (cls.nat) {
+      for (const f of families) {
+        const set = src[f];
+        if (set === undefined) continue;
+        nat.push(
+          `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${set} oifname ${nftString(cls.via.interface)} masquerade comment ${nftString(`class ${cls.name} nat`)}`,
+        );
+      }
+    }
+  }
+
+  const base = (name: string, spec: string, rules: string[]): string =>
+    chain(name, [spec, ...rules]);
+  const body = [
+    `\tset stamp {\n\t\ttype ipv4_addr\n\t\tcomment ${nftString(`${ctx.stamp} policy ${ir.name}`)}\n\t}`,
+    ...[...e.counters.entries()].map(
+      ([name, id]) => `\tcounter ${name} {\n\t\tcomment ${nftString(id)}\n\t}`,
+    ),
+    ...e.sets,
+    base('forward', 'type filter hook forward priority filter; policy accept;', dispatch.forward),
+    base('input', 'type filter hook input priority filter; policy accept;', dispatch.input),
+    base('output', 'type filter hook output priority filter; policy accept;', dispatch.output),
+    base('postrouting', 'type nat hook postrouting priority srcnat; policy accept;', nat),
+    ...e.chains,
+  ];
+  return [
+    `# egressguard: policy "${ir.name}". Generated; do not edit. \`egressguard apply\` replaces this`,
+    '# table in one transaction (declare, delete, define), so a rejected load changes nothing.',
+    `table inet ${ctx.table} {}`,
+    `delete table inet ${ctx.table}`,
+    `table inet ${ctx.table} {`,
+    body.join('\n\n'),
+    '}',
+    '',
+  ].join('\n');
+}
+
+function chain(name: string, lines: readonly string[]): string {
+  return `\tchain ${name} {\n${lines.map((l) => `\t\t${l}`).join('\n')}\n\t}`;
+}
+
+/** The families a class's packets can have once anti-spoofing has run. */
+function producedFamilies(cls: ClassIR): Family[] {
+  const out: Family[] = [];
+  if (cls.selector.sources.has(4)) out.push(4);
+  if (cls.selector.sources.has(6) || !cls.blockUnlistedIpv6) out.push(6);
+  return out;
+}
+
+function ifnamePattern(pattern: string): string {
+  return nftString(pattern); // nft matches a trailing "*" in a quoted ifname as a prefix
+}
+
+function nftSet(items: readonly string[]): string {
+  return items.length === 1 ? (items[0] ?? '') : `{ ${items.join(', ')} }`;
+}
+
+/** Declares one interval set per family that has addresses; returns their names. */
+function declareAddressSets(
+  e: Emitter,
+  id: string,
+  set: AddressSet,
+  comment: string,
+): Partial<Record<Family, string>> {
+  const known = e.declared.get(id);
+  if (known !== undefined) return known;
+  const names: Partial<Record<Family, string>> = {};
+  e.declared.set(id, names);
+  for (const f of [4, 6] as const) {
+    if (!set.has(f)) continue;
+    const name = e.name('s_', `${id}${f}`);
+    names[f] = name;
+    const elements = set.toCidrs(f);
+    e.sets.push(
+      `\tset ${name} {\n\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tauto-merge\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.join(`,\n\t\t\t     `)} }\n\t}`,
+    );
+  }
+  return names;
+}
+
+function counter(e: Emitter, id: string): string {
+  const name = e.name('n_', id);
+  e.counters.set(name, id);
+  return `counter name ${name}`;
+}
+
+function logPrefix(kind: string, id: string): string {
+  return `log prefix ${nftString(`eg ${kind} ${id} `, 127)} group ${LOG_GROUP}`;
+}
+
+/** A verdict with its named counter; drops and audits also log (rate-limited, first). */
+function verdict(
+  e: Emitter,
+  match: string,
+  id: string,
+  action: 'allow' | 'deny' | 'audit',
+): string[] {
+  const prefix = match === '' ? '' : `${match} `;
+  const comment = `comment ${nftString(id)}`;
+  switch (action) {
+    case 'allow':
+      return [`${prefix}${counter(e, id)} accept ${comment}`];
+    case 'deny':
+      return [
+        `${prefix}${LOG_LIMIT} ${logPrefix('drop', id)}`,
+        `${prefix}${counter(e, id)} drop ${comment}`,
+      ];
+    case 'audit':
+      return [
+        `${prefix}${LOG_LIMIT} ${logPrefix('audit', id)}`,
+        `${prefix}${counter(e, id)} accept ${comment}`,
+      ];
+    default:
+      return assertNever(action);
+  }
+}
+
+function classChain(
+  e: Emitter,
+  cls: ClassIR,
+  ctx: {
+    hook: 'forward' | 'input' | 'output';
+    src: Partial<Record<Family, string>>;
+    families: readonly Family[];
+    ir: PolicyIR;
+  },
+): string[] {
+  const lines: string[] = [];
+  if (ctx.hook === 'input') {
+    // Link housekeeping with the host comes before anti-spoofing: neighbour discovery uses
+    // link-local sources, and DHCP clients send from 0.0.0.0 before they have an address.
+    lines.push(...verdict(e, ND_MATCH, `${cls.name}/neighbour-discovery`, 'allow'));
+    lines.push(...verdict(e, DHCP_MATCH, `${cls.name}/dhcp`, 'allow'));
+  }
+  // Anti-spoofing (and IPv6 of a class without IPv6 prefixes): a workload with root can spoof.
+  if (cls.selector.kind === 'ingress') {
+    for (const f of [4, 6] as const) {
+      const set = ctx.src[f];
+      if (set !== undefined) {
+        lines.push(
+          ...verdict(
+            e,
+            `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr != @${set}`,
+            cls.antiSpoofingId,
+            'deny',
+          ),
+        );
+      } else if (f === 4) {
+        lines.push(...verdict(e, 'meta nfproto ipv4', cls.antiSpoofingId, 'deny'));
+      } else if (cls.blockUnlistedIpv6) {
+        lines.push(...verdict(e, 'meta nfproto ipv6', `${cls.name}/ipv6-block`, 'deny'));
+      }
+    }
+  }
+  // The kill switch: before any rule and regardless of conntrack state, so an established flow
+  // cannot keep leaving by the uplink once the tunnel is gone.
+  if (cls.killSwitch !== null && ctx.hook !== 'input') {
+    const allowed = cls.killSwitch.except.union(ctx.ir.localPrefixes);
+    const ks = declareAddressSets(
+      e,
+      `${cls.name}_ks`,
+      allowed,
+      `class ${cls.name} kill-switch exceptions`,
+    );
+    for (const f of ctx.families) {
+      const set = ks[f];
+      const exceptMatch = set === undefined ? '' : ` ${FAMILY[f].addr} daddr != @${set}`;
+      lines.push(
+        ...verdict(
+          e,
+          `meta nfproto ${FAMILY[f].nfproto} oifname != ${nftString(cls.via.interface)}${exceptMatch}`,
+          cls.killSwitch.id,
+          'deny',
+        ),
+      );
+    }
+  }
+  if (cls.mssClamp !== null && ctx.hook !== 'input') {
+    const size = cls.mssClamp === 'pmtu' ? 'rt mtu' : String(cls.mssClamp);
+    lines.push(
+      `oifname ${nftString(cls.via.interface)} tcp flags syn tcp option maxseg size set ${size}`,
+    );
+  }
+  cls.rules.forEach((rule, index) => {
+    for (const f of ctx.families) {
+      const match = ruleMatch(e, cls, rule, { index, family: f, hook: ctx.hook });
+      if (match !== undefined) lines.push(...verdict(e, match, rule.id, rule.action));
+    }
+  });
+  lines.push(...verdict(e, '', cls.defaultAction.id, cls.defaultAction.action));
+  return lines;
+}
+
+/** The match of one rule in one family; undefined when it can match nothing there. */
+function ruleMatch(
+  e: Emitter,
+  cls: ClassIR,
+  rule: RuleIR,
+  ctx: { index: number; family: Family; hook: 'forward' | 'input' | 'output' },
+): string | undefined {
+  const f = ctx.family;
+  const parts = [`meta nfproto ${FAMILY[f].nfproto}`];
+  const destination = rule.match.destination;
+  switch (destination.kind) {
+    case 'any':
+      break;
+    case 'self':
+      if (ctx.hook === 'forward') return undefined; // forwarded packets are never for the host
+      if (ctx.hook === 'output') parts.push('fib daddr type local');
+      break;
+    case 'addresses': {
+      // An emptied destination matches nothing; it must never become match-all.
+      if (!destination.set.has(f)) return undefined;
+      const sets = declareAddressSets(
+        e,
+        `${cls.name}_r${ctx.index}_dst`,
+        destination.set,
+        `rule ${rule.id}`,
+      );
+      parts.push(`${FAMILY[f].addr} daddr @${sets[f] ?? ''}`);
+      break;
+    }
+    default:
+      return assertNever(destination);
+  }
+  if (rule.match.protocols !== null) {
+    parts.push(`meta l4proto ${nftSet(rule.match.protocols.map((p) => protocolName(p, f)))}`);
+  }
+  if (rule.match.ports !== null) {
+    parts.push(
+      `th dport ${nftSet(rule.match.ports.map((r) => (r.from === r.to ? String(r.from) : `${r.from}-${r.to}`)))}`,
+    );
+  }
+  return parts.join(' ');
+}
+
+function protocolName(protocol: Protocol, family: Family): string {
+  if (protocol === 'icmp') return FAMILY[family].icmp;
+  return String(protocol);
+}

@@ -1,0 +1,22 @@
+/**
+ * nft identifiers for our objects. Names allow letters, digits and "/_.-" (checked on nft 1.0.6);
+ * anything else in a policy id is replaced, and a suffix keeps names unique.
+ */
+export function createNamer(): (prefix: string, id: string) => string {
+  const used = new Map<string, string>();
+  return (prefix, id) => {
+    const key = `${prefix}\u0000${id}`;
+    const known = used.get(key);
+    if (known !== undefined) return known;
+    let base = `${prefix}${id.replace(/[^A-Za-z0-9/_.-]/g, '_')}`.slice(0, 60);
+    const taken = new Set(used.values());
+    for (let i = 2; taken.has(base); i++) base = `${base.slice(0, 56)}~${i}`.replace('~', '_');
+    used.set(key, base);
+    return base;
+  };
+}
+
+/** A string for an nft comment or log prefix: printable ASCII, no quotes. */
+export function nftString(text: string, max = 127): string {
+  return `"${text.replace(/[^\x20-\x7e]|"/g, '_').slice(0, max)}"`;
+}

@@ -1,0 +1,54 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { BackendRegistry, nftablesBackend } from '../../backends/index.js';
+import { hostConfigHash, lowerPolicy } from '../../ir/index.js';
+import { EXIT } from '../exit-codes.js';
+import { requireFacts, requirePolicy } from '../load-inputs.js';
+import { printJson, printLine, type Output } from '../output.js';
+import { VERSION } from '../version.js';
+
+export const registry = new BackendRegistry().register(nftablesBackend, { defaultFor: 'linux' });
+
+export interface CompileCommandOptions {
+  readonly target?: string | undefined;
+  readonly facts?: string | undefined;
+  readonly out?: string | undefined;
+  readonly table?: string | undefined;
+  readonly json?: boolean | undefined;
+}
+
+/** `compile POLICY`: the artifacts a backend would apply, stamped with the host config hash. */
+export function runCompile(file: string, options: CompileCommandOptions, output: Output): number {
+  const { policy } = requirePolicy(file);
+  const facts = requireFacts(file, options.facts);
+  const backend =
+    options.target === undefined ? registry.forFacts(facts) : registry.get(options.target);
+  const ir = lowerPolicy(policy, facts);
+  const compiler = backend.createCompiler();
+  const tableOption = options.table === undefined ? {} : { tableName: options.table };
+  const blank = compiler.compile(ir, facts, tableOption);
+  const hash = hostConfigHash({
+    ir,
+    artifacts: blank,
+    versions: { compiler: VERSION, agent: VERSION },
+  });
+  const artifacts = compiler.compile(ir, facts, { ...tableOption, stamp: `eg-hash:${hash}` });
+  if (options.out !== undefined) {
+    mkdirSync(options.out, { recursive: true });
+    for (const a of artifacts) writeFileSync(join(options.out, a.name), a.content);
+  }
+  if (options.json === true) {
+    printJson(output, { backend: backend.name, hash, artifacts });
+  } else if (options.out === undefined) {
+    for (const a of artifacts) {
+      printLine(output, `# ---- ${a.name}`);
+      output.out.write(a.content);
+    }
+  } else {
+    printLine(
+      output,
+      `wrote ${artifacts.map((a) => a.name).join(', ')} to ${options.out} (hash ${hash})`,
+    );
+  }
+  return EXIT.ok;
+}
