@@ -1,3 +1,5 @@
+import type { Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
 import { createHostView, evaluateProbes, lowerPolicy, type ProbeResult } from '../../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
@@ -109,4 +111,21 @@ function printReport(report: FileReport, output: Output): void {
       `✓ ${report.file}: valid (${counts}); ${probeText}; ${levels}/${report.requirements.length} requirements at L1`,
     ),
   );
+}
+
+/** Registers `check`. */
+export function registerCheck(program: Command, ctx: CommandContext): void {
+  program
+    .command('check')
+    .description('Validate policies and evaluate their probes with the reference evaluator')
+    .argument('<policy...>', 'policy files (YAML)')
+    .option('--facts <file>', 'host facts (default: facts.json beside each policy)')
+    .option('--json', 'print the issues and probe results as JSON')
+    .addHelpText(
+      'after',
+      '\nExample:\n  egressguard check testdata/policies/valid/linux-vpn-gateway/policy.yaml',
+    )
+    .action((files: string[], opts: { facts?: string; json?: boolean }) => {
+      ctx.setExit(runCheck(files, opts, ctx.output));
+    });
 }

@@ -1,3 +1,5 @@
+import type { Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BackendRegistry, nftablesBackend } from '../../backends/index.js';
@@ -51,4 +53,20 @@ export function runCompile(file: string, options: CompileCommandOptions, output:
     );
   }
   return EXIT.ok;
+}
+
+/** Registers `compile`. */
+export function registerCompile(program: Command, ctx: CommandContext): void {
+  program
+    .command('compile')
+    .description('Compile a policy for a backend and print (or write) the artifacts, hash-stamped')
+    .argument('<policy>', 'policy file (YAML)')
+    .option('--target <backend>', "backend (default: the one for the facts' OS)")
+    .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
+    .option('--table <name>', 'owned table name', 'egressguard')
+    .option('--out <dir>', 'write the artifacts into this directory')
+    .option('--json', 'print the artifacts and the hash as JSON')
+    .action((file: string, opts: Parameters<typeof runCompile>[1]) => {
+      ctx.setExit(runCompile(file, opts, ctx.output));
+    });
 }

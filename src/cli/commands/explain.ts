@@ -1,3 +1,5 @@
+import { Option, type Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
 import { EgressguardError } from '../../core/index.js';
 import { createHostView, evaluatePacket, lowerPolicy, parsePacket } from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
@@ -114,4 +116,29 @@ function parsePort(text: string | undefined): number | undefined {
     });
   }
   return n;
+}
+
+/** Registers `explain`. */
+export function registerExplain(program: Command, ctx: CommandContext): void {
+  program
+    .command('explain')
+    .description(
+      'What happens to one packet: class, verdict, deciding rule, exit interface, layers',
+    )
+    .argument('<policy>', 'policy file (YAML)')
+    .requiredOption('--from <ip>', 'source address')
+    .requiredOption('--to <ip>', 'destination address')
+    .option('--in <iface>', 'ingress interface (default: found from the source)')
+    .option('--proto <proto>', 'tcp, udp, icmp, gre, esp, ah, sctp or a number', 'tcp')
+    .option('--port <n>', 'destination port')
+    .addOption(new Option('--tunnel <state>', 'tunnel state').choices(['up', 'down']).default('up'))
+    .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
+    .option('--json', 'print JSON: class, verdict, rule, via, layers, …')
+    .addHelpText(
+      'after',
+      '\nExample:\n  egressguard explain testdata/policies/valid/linux-vpn-gateway/policy.yaml \\\n    --from 10.10.0.5 --to 203.0.113.7 --proto tcp --port 443 --tunnel down',
+    )
+    .action((file: string, opts: Parameters<typeof runExplain>[1]) => {
+      ctx.setExit(runExplain(file, opts, ctx.output));
+    });
 }

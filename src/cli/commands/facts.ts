@@ -1,3 +1,5 @@
+import type { Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
 import { gatherFacts, resolveUplink } from '../../facts/index.js';
 import { createRunner } from '../../runner/index.js';
 import { EgressguardError } from '../../core/index.js';
@@ -77,4 +79,18 @@ export async function runFacts(options: FactsOptions, output: Output): Promise<n
     );
   }
   return EXIT.ok;
+}
+
+/** Registers `facts`. */
+export function registerFacts(program: Command, ctx: CommandContext): void {
+  program
+    .command('facts')
+    .description('Read host facts: interfaces, addresses, routes, uplink, OS and tool versions')
+    .option('--netns <name>', 'read inside this network namespace')
+    .option('--policy <file>', "resolve the uplink excluding this policy's tunnels")
+    .option('--label <key=value...>', 'labels to record for this host')
+    .option('--json', 'print facts.json (usable as --facts)')
+    .action(async (opts: Parameters<typeof runFacts>[0]) => {
+      ctx.setExit(await runFacts(opts, ctx.output));
+    });
 }

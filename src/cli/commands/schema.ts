@@ -1,3 +1,5 @@
+import type { Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
 import { policyJsonSchema } from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
 import { printJson, type Output } from '../output.js';
@@ -6,4 +8,14 @@ import { printJson, type Output } from '../output.js';
 export function runSchema(output: Output): number {
   printJson(output, policyJsonSchema());
   return EXIT.ok;
+}
+
+/** Registers `schema`. */
+export function registerSchema(program: Command, ctx: CommandContext): void {
+  program
+    .command('schema')
+    .description('Print the JSON Schema of policy v1 (for editor completion)')
+    .action(() => {
+      ctx.setExit(runSchema(ctx.output));
+    });
 }
