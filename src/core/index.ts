@@ -13,3 +13,4 @@ export {
   formatIpv6,
 } from './cidr.js';
 export { AddressSet } from './address-set.js';
+export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
