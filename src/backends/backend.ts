@@ -34,16 +34,61 @@ export interface Capabilities {
   readonly runsHere: boolean;
 }
 
-/** Effects: puts artifacts on a host (or namespace) and removes them. */
-export interface Applier {
-  apply(artifacts: readonly Artifact[]): Promise<void>;
-  remove(): Promise<void>;
+export interface PlanResult {
+  /** One line per change: `+`/`-`/`~` and what. Empty when live already matches. */
+  readonly changes: readonly string[];
+  /** Problems that would make the apply fail (a rejected ruleset, a collision). */
+  readonly problems: readonly string[];
 }
 
-/** Reads live state back: per-rule counters by policy rule id, and whether our state is there. */
+export interface ApplyResult {
+  /** Parts that wait for something absent (a route via a tunnel that is down). */
+  readonly deferred: readonly string[];
+}
+
+/** Effects: puts artifacts on a host (or namespace) and removes them. */
+export interface Applier {
+  plan(artifacts: readonly Artifact[]): Promise<PlanResult>;
+  /**
+   * Applies atomically where the backend can. When a later step fails after the firewall
+   * commit, re-applies `previous` and throws a `partially-applied` error.
+   */
+  apply(
+    artifacts: readonly Artifact[],
+    options: { readonly previous: readonly Artifact[] | undefined },
+  ): Promise<ApplyResult>;
+  /** Removes only what we own: routing first, then the firewall state. */
+  remove(): Promise<{ readonly removed: readonly string[] }>;
+  /** Loads the class lockdown (drop everything of every class) kept for a lost state. */
+  lockdown(content: string): Promise<void>;
+}
+
+export interface LiveCounter {
+  /** The policy id the counter belongs to (rule, default, kill switch, …). */
+  readonly id: string;
+  readonly packets: number;
+  readonly bytes: number;
+}
+
+/** What is live now, as the inspector reads it back. */
+export interface LiveState {
+  readonly present: boolean;
+  /** The host config hash stamped in live state. */
+  readonly hash: string | null;
+  /** Structural fingerprint (no counters, no handles). */
+  readonly fingerprint: string | null;
+  readonly counters: readonly LiveCounter[];
+  /** Desired parts that are not live (routes, rules), given the expected artifacts. */
+  readonly missing: readonly string[];
+  /** Live parts we own that are not desired. */
+  readonly unexpected: readonly string[];
+  readonly collisions: readonly string[];
+  readonly tunnels: readonly { readonly name: string; readonly state: 'up' | 'down' | 'absent' }[];
+}
+
+/** Reads live state back. */
 export interface Inspector {
-  isPresent(): Promise<boolean>;
-  readCounters(): Promise<ReadonlyMap<string, { packets: number; bytes: number }>>;
+  read(expected: readonly Artifact[] | undefined): Promise<LiveState>;
 }
 
 export interface BackendContext {

@@ -1,5 +1,6 @@
 export type {
   Applier,
+  ApplyResult,
   Artifact,
   Backend,
   BackendContext,
@@ -7,6 +8,9 @@ export type {
   CompileOptions,
   Compiler,
   Inspector,
+  LiveCounter,
+  LiveState,
+  PlanResult,
 } from './backend.js';
 export { BackendRegistry } from './registry.js';
 export { generateBoundaryPackets, type TestPacket } from './boundary-packets.js';
@@ -20,6 +24,7 @@ export {
   nftablesBackend,
   buildSteering,
   DEFAULT_TABLE,
+  LOCKDOWN_ARTIFACT,
   LOG_GROUP,
   RULESET_ARTIFACT,
   STEERING_ARTIFACT,

@@ -1,5 +1,11 @@
 export { nftablesBackend } from './nftables-backend.js';
-export { createNftCompiler, DEFAULT_TABLE, LOG_GROUP, RULESET_ARTIFACT } from './nft-compiler.js';
+export {
+  createNftCompiler,
+  DEFAULT_TABLE,
+  LOCKDOWN_ARTIFACT,
+  LOG_GROUP,
+  RULESET_ARTIFACT,
+} from './nft-compiler.js';
 export {
   buildSteering,
   STEERING_ARTIFACT,

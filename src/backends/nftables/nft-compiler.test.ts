@@ -24,6 +24,7 @@ describe('nftables compiler golden files', () => {
     for (const [artifact, golden] of [
       ['ruleset.nft', 'expected.nft'],
       ['steering.json', 'expected.steering.json'],
+      ['lockdown.nft', 'expected.lockdown.nft'],
     ] as const) {
       const content = artifacts.find((a) => a.name === artifact)?.content;
       const path = join(VALID, name, golden);

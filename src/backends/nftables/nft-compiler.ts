@@ -14,6 +14,8 @@ import { compileSteering, STEERING_ARTIFACT } from './steering.js';
 
 export const DEFAULT_TABLE = 'egressguard';
 export const RULESET_ARTIFACT = 'ruleset.nft';
+/** Loaded by `restore` when the state is lost: drops everything of every class. */
+export const LOCKDOWN_ARTIFACT = 'lockdown.nft';
 /** nflog group of audit and drop logs (`egressguard drops` reads it). */
 export const LOG_GROUP = 2;
 const LOG_LIMIT = 'limit rate 20/second burst 40 packets';
@@ -42,6 +44,7 @@ export function createNftCompiler(): Compiler {
       return [
         { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp, facts }) },
         { name: STEERING_ARTIFACT, content: compileSteering(ir) },
+        { name: LOCKDOWN_ARTIFACT, content: compileLockdown(ir, table) },
       ];
     },
   };
@@ -139,6 +142,37 @@ function compileRuleset(
     `delete table inet ${ctx.table}`,
     `table inet ${ctx.table} {`,
     body.join('\n\n'),
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** Fail closed without a policy: every class interface and host-class source is dropped. */
+function compileLockdown(ir: PolicyIR, table: string): string {
+  const forward: string[] = [];
+  const output: string[] = [];
+  for (const cls of ir.classes) {
+    const comment = `comment ${nftString(`lockdown ${cls.name}`)}`;
+    if (cls.selector.kind === 'ingress') {
+      forward.push(
+        `iifname ${nftSet(cls.selector.interfaces.map(ifnamePattern))} counter drop ${comment}`,
+      );
+    } else {
+      for (const f of [4, 6] as const) {
+        const cidrs = cls.selector.sources.toCidrs(f);
+        if (cidrs.length > 0)
+          output.push(`${FAMILY[f].addr} saddr ${nftSet(cidrs)} counter drop ${comment}`);
+      }
+    }
+  }
+  return [
+    `# egressguard class lockdown for policy "${ir.name}": loaded only when the state is lost.`,
+    `table inet ${table} {}`,
+    `delete table inet ${table}`,
+    `table inet ${table} {`,
+    chain('forward', ['type filter hook forward priority filter; policy accept;', ...forward]),
+    '',
+    chain('output', ['type filter hook output priority filter; policy accept;', ...output]),
     '}',
     '',
   ].join('\n');

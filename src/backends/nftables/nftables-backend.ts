@@ -1,5 +1,24 @@
-import type { Backend } from '../backend.js';
-import { createNftCompiler } from './nft-compiler.js';
+import { EgressguardError } from '../../core/index.js';
+import type { Runner } from '../../runner/index.js';
+import type {
+  Applier,
+  Artifact,
+  Backend,
+  BackendContext,
+  Inspector,
+  LiveState,
+} from '../backend.js';
+import { DEFAULT_TABLE, RULESET_ARTIFACT, createNftCompiler } from './nft-compiler.js';
+import { checkRuleset, deleteTable, loadRuleset, seedCounters } from './nft-applier.js';
+import { readLiveTable } from './nft-inspector.js';
+import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
+import {
+  applySteeringDiff,
+  describeDiff,
+  diffSteering,
+  readLiveSteering,
+  removeSteering,
+} from './steering-applier.js';
 
 /** Linux: one owned nftables table plus policy routing for tunnel classes. */
 export const nftablesBackend: Backend = {
@@ -15,10 +34,188 @@ export const nftablesBackend: Backend = {
     runsHere: true,
   },
   createCompiler: createNftCompiler,
-  createApplier: () => {
-    throw new Error('The nftables applier is not built yet');
-  },
-  createInspector: () => {
-    throw new Error('The nftables inspector is not built yet');
-  },
+  createApplier: (context) => createNftApplier(context),
+  createInspector: (context) => createNftInspector(context),
 };
+
+function artifact(artifacts: readonly Artifact[], name: string): string {
+  const found = artifacts.find((a) => a.name === name);
+  if (found === undefined) {
+    throw new EgressguardError('state-corrupt', `Cannot find artifact "${name}" for nftables`);
+  }
+  return found.content;
+}
+
+function steeringOf(artifacts: readonly Artifact[]): SteeringSpec {
+  return JSON.parse(artifact(artifacts, STEERING_ARTIFACT)) as SteeringSpec;
+}
+
+/** The tables and priorities we look at: the desired ones, or the defaults when removing. */
+function steeringScope(spec: SteeringSpec | undefined): Pick<SteeringSpec, 'protocol' | 'tunnels'> {
+  if (spec !== undefined && spec.tunnels.length > 0) return spec;
+  return {
+    protocol: spec?.protocol ?? STEERING_DEFAULTS.protocol,
+    tunnels: [{ name: '', table: STEERING_DEFAULTS.table, priority: STEERING_DEFAULTS.priority }],
+  };
+}
+
+function createNftApplier(context: BackendContext): Applier {
+  const { runner } = context;
+  const table = context.tableName ?? DEFAULT_TABLE;
+  return {
+    async plan(artifacts) {
+      const ruleset = artifact(artifacts, RULESET_ARTIFACT);
+      const spec = steeringOf(artifacts);
+      const problems: string[] = [];
+      const complaint = await checkRuleset(runner, ruleset);
+      if (complaint !== null) problems.push(`nft rejects the ruleset: ${complaint}`);
+      const live = await readLiveTable(runner, table);
+      const liveSteering = await readLiveSteering(runner, steeringScope(spec));
+      problems.push(...liveSteering.collisions);
+      const changes: string[] = [];
+      const wanted = /eg-hash:([0-9a-f]{64})/.exec(ruleset)?.[1] ?? null;
+      if (!live.present) changes.push(`+ table inet ${table}`);
+      else if (live.hash !== wanted)
+        changes.push(`~ table inet ${table} (hash ${short(live.hash)} → ${short(wanted)})`);
+      changes.push(...describeDiff(diffSteering(spec, liveSteering)));
+      return { changes, problems };
+    },
+
+    async apply(artifacts, options) {
+      const ruleset = artifact(artifacts, RULESET_ARTIFACT);
+      const spec = steeringOf(artifacts);
+      const liveSteering = await readLiveSteering(runner, steeringScope(spec));
+      if (liveSteering.collisions.length > 0) {
+        throw new EgressguardError(
+          'apply-failed',
+          `Cannot apply: routing state we do not own is in the way: ${liveSteering.collisions.join('; ')}`,
+          {
+            hint: 'run `egressguard doctor`; move the other rule or route, or change our table/priority',
+          },
+        );
+      }
+      const live = await readLiveTable(runner, table);
+      const seeded = seedCounters(ruleset, live.counters);
+      await runner.faults.hit('before-nft-commit');
+      // The table first: its kill switch covers every intermediate routing state.
+      await loadRuleset(runner, seeded);
+      await runner.faults.hit('after-nft-commit');
+      try {
+        await runner.faults.hit('steering');
+        const outcome = await applySteeringDiff(
+          runner,
+          diffSteering(spec, liveSteering),
+          spec.protocol,
+        );
+        await runner.faults.hit('after-routes');
+        return {
+          deferred: outcome.deferred.map(
+            (r) => `route ${r.destination} dev ${r.device ?? '?'} table ${r.table} (device absent)`,
+          ),
+        };
+      } catch (error) {
+        if (options.previous !== undefined) {
+          const now = await readLiveTable(runner, table);
+          await loadRuleset(
+            runner,
+            seedCounters(artifact(options.previous, RULESET_ARTIFACT), now.counters),
+          );
+        }
+        throw new EgressguardError(
+          'partially-applied',
+          `Cannot finish the apply: the routing step failed after the nft commit${options.previous === undefined ? '' : ', so the previous table was re-applied'}: ${(error as Error).message}`,
+          {
+            cause: error,
+            hint: 'fix the cause and apply again; `status` shows PartiallyApplied until then',
+          },
+        );
+      }
+    },
+
+    async lockdown(content) {
+      await loadRuleset(runner, content);
+    },
+
+    async remove() {
+      const removed: string[] = [];
+      const liveSteering = await readLiveSteering(runner, steeringScope(undefined));
+      // Routing first: with the table still there, nothing leaks while the rules go.
+      await removeSteering(runner, liveSteering, STEERING_DEFAULTS.protocol);
+      removed.push(
+        ...liveSteering.ownedRules.map((r) => `ip rule from ${r.from} lookup ${r.table}`),
+      );
+      removed.push(
+        ...liveSteering.ownedRoutes.map(
+          (r) => `ip route ${r.type} ${r.destination} table ${r.table}`,
+        ),
+      );
+      if (await deleteTable(runner, table)) removed.push(`table inet ${table}`);
+      return { removed };
+    },
+  };
+}
+
+function createNftInspector(context: BackendContext): Inspector {
+  const { runner } = context;
+  const table = context.tableName ?? DEFAULT_TABLE;
+  return {
+    async read(expected): Promise<LiveState> {
+      const live = await readLiveTable(runner, table);
+      const spec = expected === undefined ? undefined : steeringOf(expected);
+      const liveSteering = await readLiveSteering(runner, steeringScope(spec));
+      const diff = spec === undefined ? undefined : diffSteering(spec, liveSteering);
+      const tunnels = await readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []);
+      const absent = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
+      return {
+        present: live.present,
+        hash: live.hash,
+        fingerprint: live.fingerprint,
+        counters: [...live.counters.values()].map((c) => ({
+          id: c.id,
+          packets: c.packets,
+          bytes: c.bytes,
+        })),
+        // A tunnel route that vanished with its link is expected until the watcher re-adds it.
+        missing:
+          diff === undefined
+            ? []
+            : describeDiff({ ...diff, deleteRules: [], deleteRoutes: [] }).map(
+                (l) =>
+                  l.slice(2) +
+                  (absent.size > 0 && [...absent].some((n) => l.includes(`dev ${n} `))
+                    ? ' (tunnel down)'
+                    : ''),
+              ),
+        unexpected:
+          diff === undefined
+            ? []
+            : describeDiff({ ...diff, addRules: [], addRoutes: [] }).map((l) => l.slice(2)),
+        collisions: liveSteering.collisions,
+        tunnels,
+      };
+    },
+  };
+}
+
+async function readTunnels(
+  runner: Runner,
+  names: readonly string[],
+): Promise<LiveState['tunnels']> {
+  if (names.length === 0) return [];
+  const result = await runner.run(['ip', '-j', 'link', 'show'], { effect: 'read' });
+  const links = JSON.parse(result.stdout || '[]') as {
+    ifname: string;
+    flags?: string[];
+    operstate?: string;
+  }[];
+  return names.map((name) => {
+    const link = links.find((l) => l.ifname === name);
+    if (link === undefined) return { name, state: 'absent' as const };
+    const up = (link.flags ?? []).includes('UP') && !(link.flags ?? []).includes('NO-CARRIER');
+    return { name, state: up ? ('up' as const) : ('down' as const) };
+  });
+}
+
+function short(hash: string | null): string {
+  return hash === null ? 'none' : hash.slice(0, 12);
+}

@@ -11,6 +11,9 @@ export const STEERING_DEFAULTS = {
   priority: 7350,
   /** rt_protos value that tags every rule and route we own. */
   protocol: 104,
+  // Explicit metrics everywhere: IPv6 gives a route without one metric 1024, and read-back must
+  // compare like with like.
+  throwMetric: 50,
   tunnelMetric: 100,
   /** Worse than the tunnel default: only it remains when the tunnel's routes vanish. */
   blackholeMetric: 4_000_000_000,
@@ -29,7 +32,7 @@ export interface SteeringRoute {
   readonly type: 'unicast' | 'throw' | 'blackhole';
   readonly destination: string;
   readonly device?: string;
-  readonly metric?: number;
+  readonly metric: number;
 }
 
 /** Policy routing for tunnel classes, as data the applier diffs against live state. */
@@ -89,7 +92,13 @@ export function buildSteering(ir: PolicyIR): SteeringSpec {
         ir.localPrefixes,
       );
       for (const destination of bypass.toCidrs(f)) {
-        routes.push({ family: f, table: tunnel.table, type: 'throw', destination });
+        routes.push({
+          family: f,
+          table: tunnel.table,
+          type: 'throw',
+          destination,
+          metric: d.throwMetric,
+        });
       }
     }
   }

@@ -2,14 +2,12 @@ import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { BackendRegistry, nftablesBackend } from '../../backends/index.js';
 import { hostConfigHash, lowerPolicy } from '../../ir/index.js';
 import { EXIT } from '../exit-codes.js';
 import { requireFacts, requirePolicy } from '../load-inputs.js';
 import { printJson, printLine, type Output } from '../output.js';
 import { VERSION } from '../version.js';
-
-export const registry = new BackendRegistry().register(nftablesBackend, { defaultFor: 'linux' });
+import { registry } from '../host-target.js';
 
 export interface CompileCommandOptions {
   readonly target?: string | undefined;

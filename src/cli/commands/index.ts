@@ -5,6 +5,12 @@ import { registerCompile } from './compile.js';
 import { registerExplain } from './explain.js';
 import { registerFacts } from './facts.js';
 import { registerSchema } from './schema.js';
+import { registerPlan } from './plan.js';
+import { registerApply } from './apply.js';
+import { registerConfirm } from './confirm.js';
+import { registerStatus } from './status.js';
+import { registerRemove } from './remove.js';
+import { registerRestore } from './restore.js';
 
 /** Every command, in the order `--help` lists them. One line each: add yours here. */
 export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void)[] = [
@@ -13,4 +19,10 @@ export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void
   registerFacts,
   registerCompile,
   registerExplain,
+  registerPlan,
+  registerApply,
+  registerConfirm,
+  registerStatus,
+  registerRemove,
+  registerRestore,
 ];

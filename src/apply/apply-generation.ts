@@ -1,0 +1,119 @@
+import { unlinkSync } from 'node:fs';
+import type { Artifact, Backend } from '../backends/index.js';
+import { EgressguardError } from '../core/index.js';
+import type { Runner } from '../runner/index.js';
+import { acquireHostLock, type StateDir } from '../state/index.js';
+import { FILES, readGeneration, writeJson, type Generation } from './generation.js';
+
+export interface ApplyInput {
+  readonly backend: Backend;
+  readonly runner: Runner;
+  readonly state: StateDir;
+  readonly table: string;
+  readonly policy: string;
+  readonly hash: string;
+  readonly artifacts: readonly Artifact[];
+  /** Artifacts of the class lockdown, kept for `restore` when state is lost. */
+  readonly lockdown?: string;
+}
+
+export interface ApplyReport {
+  readonly generation: Generation;
+  readonly previous: Generation | undefined;
+  readonly deferred: readonly string[];
+  /** False when live already carried this hash and nothing was missing. */
+  readonly changed: boolean;
+}
+
+/**
+ * The safe apply: host lock, an attempt marker, the backend's atomic apply (firewall first, then
+ * routing), read-back of the stamped hash, then the generation is recorded. A crash at any point
+ * leaves the firewall in a consistent state and the marker for `status`.
+ */
+export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
+  const lock = acquireHostLock(input.state, 'apply a policy');
+  try {
+    const current = readCurrent(input.state);
+    const applier = input.backend.createApplier({ runner: input.runner, tableName: input.table });
+    const inspector = input.backend.createInspector({
+      runner: input.runner,
+      tableName: input.table,
+    });
+    const before = await inspector.read(input.artifacts);
+    const unchanged =
+      before.present &&
+      before.hash === input.hash &&
+      before.missing.length === 0 &&
+      before.unexpected.length === 0 &&
+      current?.hash === input.hash &&
+      current.fingerprint === before.fingerprint;
+    if (unchanged) {
+      return { generation: current, previous: undefined, deferred: [], changed: false };
+    }
+    writeJson(input.state, FILES.attempt, {
+      hash: input.hash,
+      startedAt: new Date().toISOString(),
+      pid: process.pid,
+      outcome: 'in-progress',
+    });
+    let deferred: readonly string[];
+    try {
+      ({ deferred } = await applier.apply(input.artifacts, { previous: current?.artifacts }));
+    } catch (error) {
+      if (error instanceof EgressguardError && error.code === 'partially-applied') {
+        writeJson(input.state, FILES.attempt, {
+          hash: input.hash,
+          startedAt: new Date().toISOString(),
+          pid: process.pid,
+          outcome: 'partially-applied',
+          error: error.message,
+        });
+      }
+      throw error;
+    }
+    const after = await inspector.read(input.artifacts);
+    if (!after.present || after.hash !== input.hash) {
+      throw new EgressguardError(
+        'apply-failed',
+        `Cannot confirm the apply: read-back shows ${after.present ? `hash ${after.hash ?? 'none'}` : 'no table'}, expected ${input.hash}`,
+        { hint: 'run `egressguard status`; something else may be replacing the table' },
+      );
+    }
+    await input.runner.faults.hit('before-state-write');
+    const generation: Generation = {
+      format: 'egressguard/generation/v1',
+      number: (current?.number ?? 0) + 1,
+      hash: input.hash,
+      policy: input.policy,
+      backend: input.backend.name,
+      table: input.table,
+      appliedAt: new Date().toISOString(),
+      fingerprint: after.fingerprint,
+      artifacts: input.artifacts,
+    };
+    if (current !== undefined) writeJson(input.state, FILES.previous, current);
+    writeJson(input.state, FILES.applied, generation);
+    if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
+    removeFile(input.state.file(FILES.attempt));
+    return { generation, previous: current, deferred, changed: true };
+  } finally {
+    lock.release();
+  }
+}
+
+/** The applied generation, or undefined when the state is missing or unreadable. */
+function readCurrent(state: StateDir): Generation | undefined {
+  try {
+    return readGeneration(state, FILES.applied);
+  } catch {
+    return undefined;
+  }
+}
+
+export function removeFile(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
+}

@@ -1,0 +1,102 @@
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { EgressguardError } from '../core/index.js';
+import type { Runner } from '../runner/index.js';
+import type { StateDir } from '../state/index.js';
+import { removeFile } from './apply-generation.js';
+import { FILES, writeJson } from './generation.js';
+
+/** A revert that happens unless `confirm` runs first. */
+export interface PendingConfirm {
+  readonly generation: number;
+  readonly deadline: string;
+  readonly timer:
+    | { readonly kind: 'systemd'; readonly unit: string }
+    | { readonly kind: 'process'; readonly pid: number };
+}
+
+/**
+ * Schedules the revert outside this process: a lost SSH session kills the CLI, which is exactly
+ * when the revert must still happen. systemd-run where systemd runs, else a detached process.
+ */
+export async function scheduleRevert(input: {
+  runner: Runner;
+  state: StateDir;
+  generation: number;
+  seconds: number;
+  /** argv that runs `egressguard restore --unconfirmed GEN [--netns X] [--state-dir D]`. */
+  command: readonly string[];
+}): Promise<PendingConfirm> {
+  const deadline = new Date(Date.now() + input.seconds * 1000).toISOString();
+  let timer: PendingConfirm['timer'];
+  if (existsSync('/run/systemd/system')) {
+    const unit = `egressguard-revert-${process.pid}-${input.generation}`;
+    await input.runner.run(
+      [
+        'systemd-run',
+        `--unit=${unit}`,
+        `--on-active=${input.seconds}s`,
+        '--collect',
+        ...input.command,
+      ],
+      { effect: 'change' },
+    );
+    timer = { kind: 'systemd', unit };
+  } else {
+    const [file, ...args] = input.command;
+    const child = spawn(file ?? process.execPath, [...args, '--after', String(input.seconds)], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    child.unref();
+    if (child.pid === undefined) {
+      throw new EgressguardError('apply-failed', 'Cannot start the revert timer process');
+    }
+    timer = { kind: 'process', pid: child.pid };
+  }
+  const pending: PendingConfirm = { generation: input.generation, deadline, timer };
+  writeJson(input.state, FILES.confirm, pending);
+  return pending;
+}
+
+export function readPendingConfirm(state: StateDir): PendingConfirm | undefined {
+  const text = state.read(FILES.confirm);
+  return text === undefined ? undefined : (JSON.parse(text) as PendingConfirm);
+}
+
+/** Keeps the applied generation: cancels the timer and forgets the pending revert. */
+export async function confirmGeneration(input: {
+  runner: Runner;
+  state: StateDir;
+}): Promise<PendingConfirm> {
+  const pending = readPendingConfirm(input.state);
+  if (pending === undefined) {
+    throw new EgressguardError(
+      'usage',
+      'Nothing to confirm: no apply is waiting for confirmation',
+      {
+        hint: 'apply with --confirm-within DURATION first',
+      },
+    );
+  }
+  // The file goes first: a timer that fires now finds nothing to revert.
+  removeFile(input.state.file(FILES.confirm));
+  if (pending.timer.kind === 'systemd') {
+    await input.runner.run(['systemctl', 'stop', `${pending.timer.unit}.timer`], {
+      effect: 'change',
+      allowFailure: true,
+    });
+  } else {
+    try {
+      process.kill(pending.timer.pid, 'SIGTERM');
+    } catch {
+      // Already gone.
+    }
+  }
+  return pending;
+}
+
+/** Forgets a pending revert (after it ran). */
+export function clearPendingConfirm(state: StateDir): void {
+  removeFile(state.file(FILES.confirm));
+}

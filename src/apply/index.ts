@@ -1,0 +1,12 @@
+export { applyGeneration, type ApplyInput, type ApplyReport } from './apply-generation.js';
+export { readStatus, type Condition, type HostStatus } from './read-status.js';
+export { removeGeneration } from './remove-generation.js';
+export { restoreGeneration, type RestoreOutcome } from './restore-generation.js';
+export { FILES, readGeneration, type Generation, type Attempt } from './generation.js';
+export {
+  clearPendingConfirm,
+  confirmGeneration,
+  readPendingConfirm,
+  scheduleRevert,
+  type PendingConfirm,
+} from './confirm-timer.js';

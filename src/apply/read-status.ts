@@ -1,0 +1,93 @@
+import type { Backend, LiveState } from '../backends/index.js';
+import type { Runner } from '../runner/index.js';
+import type { StateDir } from '../state/index.js';
+import { FILES, readAttempt, readGeneration, type Attempt, type Generation } from './generation.js';
+
+/** The one-word summary `status` leads with. */
+export type Condition =
+  'InSync' | 'Drifted' | 'PartiallyApplied' | 'Interrupted' | 'NotApplied' | 'StateCorrupt';
+
+export interface HostStatus {
+  readonly condition: Condition;
+  readonly reasons: readonly string[];
+  readonly desiredHash: string | null;
+  readonly appliedHash: string | null;
+  readonly liveHash: string | null;
+  readonly attempt: Attempt | null;
+  readonly generation: number | null;
+  readonly appliedAt: string | null;
+  readonly live: LiveState;
+}
+
+/** Compares what was applied with what is live, and says why they differ. */
+export async function readStatus(input: {
+  backend: Backend;
+  runner: Runner;
+  state: StateDir;
+  table: string;
+  desiredHash?: string | undefined;
+}): Promise<HostStatus> {
+  let applied: Generation | undefined;
+  let corrupt: string | undefined;
+  try {
+    applied = readGeneration(input.state, FILES.applied);
+  } catch (error) {
+    corrupt = (error as Error).message;
+  }
+  const attempt = readAttempt(input.state);
+  const inspector = input.backend.createInspector({ runner: input.runner, tableName: input.table });
+  const live = await inspector.read(applied?.artifacts);
+  const reasons: string[] = [];
+  let condition: Condition;
+  if (corrupt !== undefined) {
+    condition = 'StateCorrupt';
+    reasons.push(corrupt);
+  } else if (attempt?.outcome === 'partially-applied') {
+    condition = 'PartiallyApplied';
+    reasons.push(attempt.error ?? `the apply of ${attempt.hash} stopped after the firewall commit`);
+  } else if (attempt !== undefined && !isAlive(attempt.pid)) {
+    condition = 'Interrupted';
+    reasons.push(
+      `an apply of ${attempt.hash.slice(0, 12)} started ${attempt.startedAt} did not finish; live hash is ${live.hash?.slice(0, 12) ?? 'none'}`,
+    );
+  } else if (applied === undefined) {
+    condition = 'NotApplied';
+    if (live.present)
+      reasons.push('a table with our name is live, but this state directory never applied it');
+  } else {
+    if (!live.present) reasons.push(`table inet ${input.table} is gone`);
+    else if (live.hash !== applied.hash)
+      reasons.push(
+        `live hash ${live.hash?.slice(0, 12) ?? 'none'} differs from applied ${applied.hash.slice(0, 12)}`,
+      );
+    else if (live.fingerprint !== applied.fingerprint)
+      reasons.push('the table was edited since it was applied');
+    const tunnelDown = live.missing.filter((m) => m.endsWith('(tunnel down)'));
+    const missing = live.missing.filter((m) => !m.endsWith('(tunnel down)'));
+    if (missing.length > 0) reasons.push(`missing: ${missing.join('; ')}`);
+    if (live.unexpected.length > 0) reasons.push(`unexpected: ${live.unexpected.join('; ')}`);
+    condition = reasons.length === 0 ? 'InSync' : 'Drifted';
+    if (tunnelDown.length > 0) reasons.push(`waiting for the tunnel: ${tunnelDown.join('; ')}`);
+  }
+  return {
+    condition,
+    reasons,
+    desiredHash: input.desiredHash ?? null,
+    appliedHash: applied?.hash ?? null,
+    liveHash: live.hash,
+    attempt: attempt ?? null,
+    generation: applied?.number ?? null,
+    appliedAt: applied?.appliedAt ?? null,
+    live,
+  };
+}
+
+function isAlive(pid: number): boolean {
+  if (pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

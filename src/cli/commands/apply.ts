@@ -1,0 +1,135 @@
+import { fileURLToPath } from 'node:url';
+import type { Command } from 'commander';
+import { applyGeneration, scheduleRevert } from '../../apply/index.js';
+import { EgressguardError } from '../../core/index.js';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import {
+  addTargetOptions,
+  preparePolicy,
+  resolveTarget,
+  type TargetOptions,
+} from '../host-target.js';
+import { paint, printJson, printLine } from '../output.js';
+
+/** Parses 90, 90s, 5m, 1h into seconds. */
+export function parseDuration(text: string): number {
+  const match = /^(\d+)(s|m|h)?$/.exec(text.trim());
+  if (match === null) {
+    throw new EgressguardError('usage', `Cannot parse duration "${text}"`, {
+      hint: 'write 90s, 5m or 1h',
+    });
+  }
+  const unit = { s: 1, m: 60, h: 3600 }[(match[2] ?? 's') as 's' | 'm' | 'h'];
+  const seconds = Number(match[1]) * unit;
+  if (seconds < 5)
+    throw new EgressguardError('usage', `Duration "${text}" is too short`, {
+      hint: 'give yourself at least 5s to confirm',
+    });
+  return seconds;
+}
+
+/** The argv that re-runs this CLI (for timers that outlive this process). */
+export function selfCommand(args: readonly string[]): string[] {
+  const bin = fileURLToPath(new URL('../../../bin/egressguard.js', import.meta.url));
+  return [process.execPath, bin, ...args];
+}
+
+/** Registers `apply`. */
+export function registerApply(program: Command, ctx: CommandContext): void {
+  addTargetOptions(
+    program
+      .command('apply')
+      .description(
+        'Apply a policy atomically: nft table first, then routes and rules; read back and record it',
+      )
+      .argument('<policy>', 'policy file (YAML)')
+      .option('--facts <file>', 'host facts instead of reading the live host')
+      .option(
+        '--confirm-within <duration>',
+        'revert to the previous generation unless `egressguard confirm` runs in time (e.g. 60s)',
+      )
+      .option('--json', 'print the result as JSON'),
+  )
+    .addHelpText(
+      'after',
+      '\nExample (over SSH, with a safety net):\n  egressguard apply policy.yaml --confirm-within 60s && egressguard confirm',
+    )
+    .action(
+      async (
+        file: string,
+        opts: TargetOptions & { facts?: string; json?: boolean; confirmWithin?: string },
+      ) => {
+        const seconds =
+          opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
+        const target = resolveTarget(opts);
+        const prepared = await preparePolicy(file, target, opts);
+        const report = await applyGeneration({
+          backend: target.backend,
+          runner: target.runner,
+          state: target.state,
+          table: target.table,
+          policy: prepared.policy.name,
+          hash: prepared.hash,
+          artifacts: prepared.artifacts,
+          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+        });
+        let pending;
+        if (seconds !== undefined && report.changed) {
+          const passthrough = [
+            ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
+            ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
+            '--table',
+            target.table,
+          ];
+          pending = await scheduleRevert({
+            runner: target.runner,
+            state: target.state,
+            generation: report.generation.number,
+            seconds,
+            command: selfCommand([
+              'restore',
+              '--unconfirmed',
+              String(report.generation.number),
+              ...passthrough,
+            ]),
+          });
+        }
+        if (opts.json === true) {
+          printJson(ctx.output, {
+            changed: report.changed,
+            generation: report.generation.number,
+            hash: report.generation.hash,
+            previousHash: report.previous?.hash ?? null,
+            deferred: report.deferred,
+            confirmBy: pending?.deadline ?? null,
+          });
+        } else {
+          const where = target.netns === undefined ? 'this host' : `namespace "${target.netns}"`;
+          printLine(
+            ctx.output,
+            report.changed
+              ? paint(
+                  ctx.output,
+                  'green',
+                  `applied ${prepared.policy.name} to ${where}: generation ${report.generation.number}, hash ${report.generation.hash.slice(0, 12)}`,
+                )
+              : `no change: ${where} already runs hash ${report.generation.hash.slice(0, 12)}`,
+          );
+          for (const d of report.deferred)
+            printLine(ctx.output, paint(ctx.output, 'yellow', `  waiting: ${d}`));
+          if (pending !== undefined) {
+            printLine(
+              ctx.output,
+              paint(
+                ctx.output,
+                'yellow',
+                `  run \`egressguard confirm${opts.netns === undefined ? '' : ` --netns ${opts.netns}`}\` before ${pending.deadline}, or it reverts`,
+              ),
+            );
+          }
+        }
+        ctx.setExit(EXIT.ok);
+      },
+    );
+}

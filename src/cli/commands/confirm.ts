@@ -1,0 +1,22 @@
+import type { Command } from 'commander';
+import { confirmGeneration } from '../../apply/index.js';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import { addTargetOptions, resolveTarget, type TargetOptions } from '../host-target.js';
+import { printJson, printLine } from '../output.js';
+
+/** Registers `confirm`. */
+export function registerConfirm(program: Command, ctx: CommandContext): void {
+  addTargetOptions(
+    program
+      .command('confirm')
+      .description('Keep the generation applied with --confirm-within: cancel its revert')
+      .option('--json', 'print the confirmed generation as JSON'),
+  ).action(async (opts: TargetOptions & { json?: boolean }) => {
+    const target = resolveTarget(opts);
+    const pending = await confirmGeneration(target);
+    if (opts.json === true) printJson(ctx.output, { confirmed: pending.generation });
+    else printLine(ctx.output, `confirmed generation ${pending.generation}`);
+    ctx.setExit(EXIT.ok);
+  });
+}

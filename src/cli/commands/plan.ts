@@ -1,0 +1,56 @@
+import type { Command } from 'commander';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import {
+  addTargetOptions,
+  preparePolicy,
+  resolveTarget,
+  type TargetOptions,
+} from '../host-target.js';
+import { paint, printJson, printLine } from '../output.js';
+
+/** Registers `plan`. */
+export function registerPlan(program: Command, ctx: CommandContext): void {
+  addTargetOptions(
+    program
+      .command('plan')
+      .description(
+        'Show what apply would change (table, routes, rules) and check the ruleset; applies nothing',
+      )
+      .argument('<policy>', 'policy file (YAML)')
+      .option('--facts <file>', 'host facts instead of reading the live host')
+      .option('--json', 'print the plan as JSON'),
+  )
+    .addHelpText(
+      'after',
+      '\nExit code 0: the plan is valid (changes or not); 1: nft rejects it or state is in the way.',
+    )
+    .action(async (file: string, opts: TargetOptions & { facts?: string; json?: boolean }) => {
+      const target = resolveTarget(opts);
+      const prepared = await preparePolicy(file, target, opts);
+      const applier = target.backend.createApplier({
+        runner: target.runner,
+        tableName: target.table,
+      });
+      const plan = await applier.plan(prepared.artifacts);
+      const ok = plan.problems.length === 0;
+      if (opts.json === true) {
+        printJson(ctx.output, {
+          hash: prepared.hash,
+          changes: plan.changes,
+          problems: plan.problems,
+          valid: ok,
+        });
+      } else {
+        printLine(
+          ctx.output,
+          `plan for ${target.netns === undefined ? 'this host' : `namespace "${target.netns}"`}: hash ${prepared.hash.slice(0, 12)}`,
+        );
+        if (plan.changes.length === 0) printLine(ctx.output, '  no changes: live state matches');
+        for (const change of plan.changes) printLine(ctx.output, `  ${change}`);
+        for (const problem of plan.problems)
+          printLine(ctx.output, paint(ctx.output, 'red', `  problem: ${problem}`));
+      }
+      ctx.setExit(ok ? EXIT.ok : EXIT.failed);
+    });
+}

@@ -1,0 +1,68 @@
+import type { Command } from 'commander';
+import { readStatus } from '../../apply/index.js';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import {
+  addTargetOptions,
+  preparePolicy,
+  resolveTarget,
+  type TargetOptions,
+} from '../host-target.js';
+import { paint, printJson, printLine } from '../output.js';
+
+/** Registers `status`. */
+export function registerStatus(program: Command, ctx: CommandContext): void {
+  addTargetOptions(
+    program
+      .command('status')
+      .description(
+        'Desired vs applied vs live hash, drift, missing routes or rules, counters, tunnel state',
+      )
+      .argument('[policy]', 'policy file: also show whether it is the one applied')
+      .option('--facts <file>', 'host facts for the policy instead of reading the live host')
+      .option('--json', 'print the status as JSON'),
+  )
+    .addHelpText(
+      'after',
+      '\nExit code 0: in sync; 3: drifted, partially applied, interrupted or not applied.',
+    )
+    .action(
+      async (
+        file: string | undefined,
+        opts: TargetOptions & { facts?: string; json?: boolean },
+      ) => {
+        const target = resolveTarget(opts);
+        const desiredHash =
+          file === undefined ? undefined : (await preparePolicy(file, target, opts)).hash;
+        const status = await readStatus({ ...target, desiredHash });
+        const differsFromDesired = desiredHash !== undefined && desiredHash !== status.appliedHash;
+        if (opts.json === true) {
+          printJson(ctx.output, { ...status, differsFromDesired });
+        } else {
+          const o = ctx.output;
+          const colour = status.condition === 'InSync' ? 'green' : 'red';
+          printLine(o, paint(o, colour, status.condition));
+          for (const reason of status.reasons) printLine(o, `  ${reason}`);
+          const h = (v: string | null): string => (v === null ? '-' : v.slice(0, 12));
+          printLine(
+            o,
+            `  desired ${h(status.desiredHash)}  applied ${h(status.appliedHash)} (generation ${status.generation ?? '-'})  live ${h(status.liveHash)}`,
+          );
+          if (differsFromDesired)
+            printLine(
+              o,
+              paint(o, 'yellow', '  the policy given differs from the one applied: run apply'),
+            );
+          for (const t of status.live.tunnels) printLine(o, `  tunnel ${t.name}: ${t.state}`);
+          const counters = [...status.live.counters].sort((a, b) => a.id.localeCompare(b.id));
+          if (counters.length > 0) printLine(o, '  counters (packets, bytes):');
+          for (const c of counters)
+            printLine(
+              o,
+              `    ${c.id.padEnd(40)} ${String(c.packets).padStart(10)} ${String(c.bytes).padStart(12)}`,
+            );
+        }
+        ctx.setExit(status.condition === 'InSync' ? EXIT.ok : EXIT.drift);
+      },
+    );
+}

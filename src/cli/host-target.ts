@@ -1,0 +1,94 @@
+import type { Command } from 'commander';
+import {
+  BackendRegistry,
+  DEFAULT_TABLE,
+  LOCKDOWN_ARTIFACT,
+  nftablesBackend,
+  type Artifact,
+  type Backend,
+} from '../backends/index.js';
+import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
+import { hostConfigHash, lowerPolicy, type PolicyIR } from '../ir/index.js';
+import type { Policy } from '../policy/index.js';
+import { createRunner, type Runner } from '../runner/index.js';
+import { StateDir } from '../state/index.js';
+import { requirePolicy } from './load-inputs.js';
+import { VERSION } from './version.js';
+
+export const registry = new BackendRegistry().register(nftablesBackend, { defaultFor: 'linux' });
+
+/** Options every command that touches a host takes. */
+export interface TargetOptions {
+  readonly netns?: string | undefined;
+  readonly table?: string | undefined;
+  readonly stateDir?: string | undefined;
+}
+
+export function addTargetOptions(command: Command): Command {
+  return command
+    .option('--netns <name>', 'act inside this network namespace (state kept apart)')
+    .option('--table <name>', 'owned nftables table', DEFAULT_TABLE)
+    .option(
+      '--state-dir <dir>',
+      'state directory (default: $EGRESSGUARD_STATE_DIR or /var/lib/egressguard)',
+    );
+}
+
+/** The host (or namespace) a command acts on. */
+export interface Target {
+  readonly runner: Runner;
+  readonly state: StateDir;
+  readonly table: string;
+  readonly backend: Backend;
+  readonly netns: string | undefined;
+}
+
+export function resolveTarget(options: TargetOptions): Target {
+  return {
+    runner: createRunner({ netns: options.netns }),
+    state: new StateDir({ root: options.stateDir, netns: options.netns }),
+    table: options.table ?? DEFAULT_TABLE,
+    backend: registry.get('nftables'),
+    netns: options.netns,
+  };
+}
+
+export interface Prepared {
+  readonly policy: Policy;
+  readonly facts: HostFacts;
+  readonly ir: PolicyIR;
+  readonly artifacts: readonly Artifact[];
+  readonly lockdown: string | undefined;
+  readonly hash: string;
+}
+
+/** Policy + live facts (or --facts) → IR → stamped artifacts and the host config hash. */
+export async function preparePolicy(
+  file: string,
+  target: Target,
+  options: { facts?: string | undefined },
+): Promise<Prepared> {
+  const { policy } = requirePolicy(file);
+  const facts =
+    options.facts === undefined ? await gatherFacts(target.runner) : readHostFacts(options.facts);
+  const ir = lowerPolicy(policy, facts);
+  const compiler = target.backend.createCompiler();
+  const blank = compiler.compile(ir, facts, { tableName: target.table });
+  const hash = hostConfigHash({
+    ir,
+    artifacts: blank,
+    versions: { compiler: VERSION, agent: VERSION },
+  });
+  const artifacts = compiler.compile(ir, facts, {
+    tableName: target.table,
+    stamp: `eg-hash:${hash}`,
+  });
+  return {
+    policy,
+    facts,
+    ir,
+    artifacts,
+    lockdown: artifacts.find((a) => a.name === LOCKDOWN_ARTIFACT)?.content,
+    hash,
+  };
+}
