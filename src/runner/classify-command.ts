@@ -10,6 +10,8 @@ export function isReadOnlyCommand(argv: readonly string[]): boolean {
       return args.some((a) => ['list', 'monitor', '-c', '--check', '-v', '--version'].includes(a));
     case 'ip':
       return isReadOnlyIp(args);
+    case 'tc':
+      return isReadOnlyTc(args);
     case 'pfctl':
       return args.some((a) => a === '-n' || a.startsWith('-s') || a.startsWith('-vs'));
     case 'sysctl':
@@ -35,11 +37,22 @@ const IP_READ_VERBS = new Set(['show', 'list', 'ls', 'lst', 'get']);
 function isReadOnlyIp(args: readonly string[]): boolean {
   const words = args.filter((a) => !a.startsWith('-'));
   if (args.includes('-V') || args.includes('-Version')) return true;
-  const [object, verb] = words;
+  // `ip xfrm policy show`: xfrm has objects of its own, so its verb comes one word later.
+  const [object, verb] = words[0] === 'xfrm' ? words.slice(1) : words;
   if (object === undefined) return false;
   if (object === 'monitor') return true;
   if (verb === undefined) return true; // `ip -j addr` lists
   return IP_READ_VERBS.has(verb);
+}
+
+const TC_READ_VERBS = new Set(['show', 'list', 'ls']);
+
+/** `tc [-j] qdisc show …`, `tc filter show dev X ingress`: the verb follows the object. */
+function isReadOnlyTc(args: readonly string[]): boolean {
+  const words = args.filter((a) => !a.startsWith('-'));
+  if (args.includes('-V') || args.includes('-Version')) return true;
+  const verb = words[1];
+  return verb !== undefined && TC_READ_VERBS.has(verb);
 }
 
 /**

@@ -6,6 +6,7 @@ export {
   type CommandResult,
   type Invocation,
   type RunningCommand,
+  type RunningBinaryCommand,
   type Effect,
 } from './runner.js';
 export { Faults, type FaultAction } from './faults.js';

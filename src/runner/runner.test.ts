@@ -93,3 +93,32 @@ describe('fault points', () => {
     );
   });
 });
+
+describe('runner binary streams', () => {
+  const runner = createRunner({ guard: true });
+
+  it('streams bytes unchanged and records the invocation', async () => {
+    const running = runner.startBinary(['cat', '/proc/self/cmdline'], { effect: 'read' });
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of running.chunks) chunks.push(chunk);
+    await expect(running.exited).resolves.toBe(0);
+    // cmdline is NUL-separated: line splitting would have mangled it.
+    expect(Buffer.concat(chunks).toString('latin1')).toBe('cat\u0000/proc/self/cmdline\u0000');
+    expect(runner.invocations.at(-1)).toMatchObject({ argv: ['cat', '/proc/self/cmdline'] });
+  });
+
+  it('keeps stderr for error messages', async () => {
+    const running = runner.startBinary(['cat', '/nonexistent-egressguard'], { effect: 'read' });
+    const chunks: Uint8Array[] = [];
+    for await (const chunk of running.chunks) chunks.push(chunk);
+    expect(chunks).toEqual([]);
+    await expect(running.exited).resolves.toBe(1);
+    expect(running.stderr()).toContain('No such file or directory');
+  });
+
+  it('refuses a change in the root namespace', () => {
+    expect(() => runner.startBinary(['tc', 'qdisc', 'add'], { effect: 'change' })).toThrow(
+      /Refusing to run "tc qdisc add"/,
+    );
+  });
+});

@@ -39,6 +39,16 @@ export interface RunningCommand {
   stop(): Promise<void>;
 }
 
+/** A long-running command whose output is binary (a pcap stream), read chunk by chunk. */
+export interface RunningBinaryCommand {
+  readonly chunks: AsyncIterable<Uint8Array>;
+  /** Resolves with the exit code when the process ends. */
+  readonly exited: Promise<number | null>;
+  /** The end of what it wrote to stderr so far, for an error message. */
+  stderr(): string;
+  stop(): Promise<void>;
+}
+
 /** The one way egressguard runs external commands. */
 export interface Runner {
   readonly netns: string | undefined;
@@ -46,6 +56,7 @@ export interface Runner {
   readonly invocations: readonly Invocation[];
   run(argv: readonly string[], options: RunOptions): Promise<CommandResult>;
   start(argv: readonly string[], options: { readonly effect: Effect }): RunningCommand;
+  startBinary(argv: readonly string[], options: { readonly effect: Effect }): RunningBinaryCommand;
   /** The same runner (shared record and faults) acting inside another namespace. */
   inNamespace(netns: string | undefined): Runner;
 }
@@ -113,6 +124,30 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
     }
   };
 
+  const spawn = (argv: readonly string[], declared: Effect) => {
+    const { full, effect } = prepare(argv, declared);
+    const started = performance.now();
+    const [file, ...args] = full;
+    const child = execa(file ?? '', args, {
+      reject: false,
+      buffer: false,
+      stdin: 'ignore',
+      stderr: 'pipe',
+    });
+    const exited = child.then((r) => {
+      const exitCode = r.exitCode ?? null;
+      record({
+        argv,
+        netns: netns ?? null,
+        effect,
+        exitCode,
+        durationMs: Math.round(performance.now() - started),
+      });
+      return exitCode;
+    });
+    return { child, exited };
+  };
+
   return {
     netns,
     faults: shared.faults,
@@ -152,29 +187,30 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
     },
 
     start(argv, options) {
-      const { full, effect } = prepare(argv, options.effect);
-      const started = performance.now();
-      const [file, ...args] = full;
-      const child = execa(file ?? '', args, {
-        reject: false,
-        buffer: false,
-        stdin: 'ignore',
-        stderr: 'pipe',
-      });
-      const exited = child.then((r) => {
-        const exitCode = r.exitCode ?? null;
-        record({
-          argv,
-          netns: netns ?? null,
-          effect,
-          exitCode,
-          durationMs: Math.round(performance.now() - started),
-        });
-        return exitCode;
-      });
+      const { child, exited } = spawn(argv, options.effect);
       return {
         lines: createInterface({ input: child.stdout, crlfDelay: Infinity }),
         exited,
+        async stop() {
+          child.kill('SIGTERM');
+          await exited;
+        },
+      };
+    },
+
+    startBinary(argv, options) {
+      const { child, exited } = spawn(argv, options.effect);
+      const STDERR_KEPT = 64 * 1024;
+      let stderr = '';
+      child.stderr.setEncoding('utf8');
+      // Drained as it comes, so a chatty command never blocks on a full pipe.
+      child.stderr.on('data', (text: string) => {
+        stderr = (stderr + text).slice(-STDERR_KEPT);
+      });
+      return {
+        chunks: child.stdout,
+        exited,
+        stderr: () => stderr,
         async stop() {
           child.kill('SIGTERM');
           await exited;
