@@ -10,3 +10,4 @@ export {
   scheduleRevert,
   type PendingConfirm,
 } from './confirm-timer.js';
+export { runResident, type ResidentLogEntry } from './run-resident.js';

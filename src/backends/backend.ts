@@ -55,7 +55,11 @@ export interface Applier {
    */
   apply(
     artifacts: readonly Artifact[],
-    options: { readonly previous: readonly Artifact[] | undefined },
+    options: {
+      readonly previous: readonly Artifact[] | undefined;
+      /** The firewall state is known intact: only converge routing. */
+      readonly routingOnly?: boolean;
+    },
   ): Promise<ApplyResult>;
   /** Removes only what we own: routing first, then the firewall state. */
   remove(): Promise<{ readonly removed: readonly string[] }>;
@@ -91,6 +95,18 @@ export interface Inspector {
   read(expected: readonly Artifact[] | undefined): Promise<LiveState>;
 }
 
+/** Something changed that may undo an apply. */
+export type WatchEvent =
+  | { readonly kind: 'link'; readonly name: string; readonly detail: string }
+  | { readonly kind: 'ruleset'; readonly detail: string }
+  | { readonly kind: 'tick' };
+
+/** A live feed of events for the resident mode. */
+export interface Watcher {
+  events(): AsyncIterable<WatchEvent>;
+  stop(): Promise<void>;
+}
+
 export interface BackendContext {
   readonly runner: Runner;
   readonly tableName?: string;
@@ -105,4 +121,6 @@ export interface Backend {
   createCompiler(): Compiler;
   createApplier(context: BackendContext): Applier;
   createInspector(context: BackendContext): Inspector;
+  /** Present when the backend can watch live state (the resident mode `run`). */
+  createWatcher?(context: BackendContext): Watcher;
 }

@@ -11,6 +11,8 @@ export type {
   LiveCounter,
   LiveState,
   PlanResult,
+  Watcher,
+  WatchEvent,
 } from './backend.js';
 export { BackendRegistry } from './registry.js';
 export { generateBoundaryPackets, type TestPacket } from './boundary-packets.js';

@@ -11,6 +11,7 @@ import type {
 import { DEFAULT_TABLE, RULESET_ARTIFACT, createNftCompiler } from './nft-compiler.js';
 import { checkRuleset, deleteTable, loadRuleset, seedCounters } from './nft-applier.js';
 import { readLiveTable } from './nft-inspector.js';
+import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
   applySteeringDiff,
@@ -36,6 +37,7 @@ export const nftablesBackend: Backend = {
   createCompiler: createNftCompiler,
   createApplier: (context) => createNftApplier(context),
   createInspector: (context) => createNftInspector(context),
+  createWatcher: (context) => createNftWatcher(context.runner),
 };
 
 function artifact(artifacts: readonly Artifact[], name: string): string {
@@ -94,12 +96,14 @@ function createNftApplier(context: BackendContext): Applier {
           },
         );
       }
-      const live = await readLiveTable(runner, table);
-      const seeded = seedCounters(ruleset, live.counters);
-      await runner.faults.hit('before-nft-commit');
-      // The table first: its kill switch covers every intermediate routing state.
-      await loadRuleset(runner, seeded);
-      await runner.faults.hit('after-nft-commit');
+      if (options.routingOnly !== true) {
+        const live = await readLiveTable(runner, table);
+        const seeded = seedCounters(ruleset, live.counters);
+        await runner.faults.hit('before-nft-commit');
+        // The table first: its kill switch covers every intermediate routing state.
+        await loadRuleset(runner, seeded);
+        await runner.faults.hit('after-nft-commit');
+      }
       try {
         await runner.faults.hit('steering');
         const outcome = await applySteeringDiff(

@@ -11,6 +11,7 @@ import { registerConfirm } from './confirm.js';
 import { registerStatus } from './status.js';
 import { registerRemove } from './remove.js';
 import { registerRestore } from './restore.js';
+import { registerRun } from './run.js';
 
 /** Every command, in the order `--help` lists them. One line each: add yours here. */
 export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void)[] = [
@@ -25,4 +26,5 @@ export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void
   registerStatus,
   registerRemove,
   registerRestore,
+  registerRun,
 ];

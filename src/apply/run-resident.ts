@@ -1,0 +1,135 @@
+import type { Backend, WatchEvent } from '../backends/index.js';
+import { EgressguardError, isEgressguardError } from '../core/index.js';
+import type { Runner } from '../runner/index.js';
+import { acquireHostLock, type StateDir } from '../state/index.js';
+import { FILES, readGeneration } from './generation.js';
+
+export interface ResidentLogEntry {
+  readonly time: string;
+  readonly action: 'watching' | 'repaired-table' | 'readded-routes' | 'skipped' | 'error';
+  readonly message: string;
+}
+
+/**
+ * The resident mode: watches links and the live ruleset and re-converges to the applied
+ * generation within seconds: re-adds owned routes when a tunnel returns or is recreated, and
+ * repairs a deleted or edited table. A periodic tick catches anything the monitors miss.
+ */
+export async function runResident(input: {
+  backend: Backend;
+  runner: Runner;
+  state: StateDir;
+  table: string;
+  log: (entry: ResidentLogEntry) => void;
+  signal: AbortSignal;
+  tickMs?: number;
+}): Promise<void> {
+  const context = { runner: input.runner, tableName: input.table };
+  const watcher = input.backend.createWatcher?.(context);
+  if (watcher === undefined) {
+    throw new EgressguardError(
+      'unsupported',
+      `Backend "${input.backend.name}" cannot watch live state`,
+    );
+  }
+  const inspector = input.backend.createInspector(context);
+  const applier = input.backend.createApplier(context);
+  const log = (action: ResidentLogEntry['action'], message: string): void => {
+    input.log({ time: new Date().toISOString(), action, message });
+  };
+
+  // One reconcile at a time; events during one ask for exactly one more.
+  const pass: { running: boolean; again: boolean } = { running: false, again: false };
+  const shouldRunAgain = (): boolean => pass.again && !input.signal.aborted;
+  const reconcile = async (reason: string): Promise<void> => {
+    if (pass.running) {
+      pass.again = true;
+      return;
+    }
+    pass.running = true;
+    try {
+      do {
+        pass.again = false;
+        await reconcileOnce(reason);
+      } while (shouldRunAgain());
+    } finally {
+      pass.running = false;
+    }
+  };
+
+  const reconcileOnce = async (reason: string): Promise<void> => {
+    const generation = readGeneration(input.state, FILES.applied);
+    if (generation === undefined) return;
+    const live = await inspector.read(generation.artifacts);
+    const tableWrong =
+      !live.present || live.hash !== generation.hash || live.fingerprint !== generation.fingerprint;
+    const tunnelsUp = new Set(live.tunnels.filter((t) => t.state === 'up').map((t) => t.name));
+    // Routes via a tunnel that is down cannot go in; those via one that is up must.
+    const routesMissing = live.missing.some(
+      (m) => !m.endsWith('(tunnel down)') || [...tunnelsUp].some((t) => m.includes(`dev ${t} `)),
+    );
+    if (!tableWrong && !routesMissing && live.unexpected.length === 0) return;
+    let lock;
+    try {
+      lock = acquireHostLock(input.state, 'repair the applied state');
+    } catch (error) {
+      if (isEgressguardError(error) && error.code === 'lock-held') {
+        log('skipped', `another egressguard holds the host lock; retrying: ${error.message}`);
+        return;
+      }
+      throw error;
+    }
+    try {
+      const result = await applier.apply(generation.artifacts, {
+        previous: undefined,
+        routingOnly: !tableWrong,
+      });
+      if (tableWrong) {
+        const what = !live.present
+          ? 'table was deleted'
+          : live.hash !== generation.hash
+            ? `table carried hash ${live.hash ?? 'none'}`
+            : 'table was edited';
+        log('repaired-table', `${what} (${reason}): re-applied generation ${generation.number}`);
+      } else {
+        log(
+          'readded-routes',
+          `routes re-converged (${reason})${result.deferred.length > 0 ? `; still waiting: ${result.deferred.join(', ')}` : ''}`,
+        );
+      }
+    } finally {
+      lock.release();
+    }
+  };
+
+  const onEvent = (event: WatchEvent): void => {
+    const reason =
+      event.kind === 'link'
+        ? `link ${event.name}: ${event.detail}`
+        : event.kind === 'ruleset'
+          ? `ruleset: ${event.detail}`
+          : 'periodic check';
+    reconcile(reason).catch((error: unknown) => {
+      log('error', `Cannot re-converge: ${(error as Error).message}`);
+    });
+  };
+
+  const tick = setInterval(() => {
+    onEvent({ kind: 'tick' });
+  }, input.tickMs ?? 10_000);
+  const stop = (): void => {
+    clearInterval(tick);
+    void watcher.stop();
+  };
+  input.signal.addEventListener('abort', stop, { once: true });
+  log('watching', 'watching links and the ruleset');
+  onEvent({ kind: 'tick' });
+  try {
+    for await (const event of watcher.events()) {
+      if (input.signal.aborted) break;
+      onEvent(event);
+    }
+  } finally {
+    stop();
+  }
+}

@@ -1,0 +1,75 @@
+import type { Command } from 'commander';
+import { applyGeneration, runResident } from '../../apply/index.js';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import {
+  addTargetOptions,
+  preparePolicy,
+  resolveTarget,
+  type TargetOptions,
+} from '../host-target.js';
+import { printLine } from '../output.js';
+
+/** Registers `run`. */
+export function registerRun(program: Command, ctx: CommandContext): void {
+  addTargetOptions(
+    program
+      .command('run')
+      .description(
+        'Apply, then stay resident: re-add routes when a tunnel returns, repair a deleted or edited table',
+      )
+      .argument('<policy>', 'policy file (YAML)')
+      .option('--facts <file>', 'host facts instead of reading the live host')
+      .option('--tick <ms>', 'periodic check interval in milliseconds', '10000')
+      .option('--json', 'log JSON lines'),
+  )
+    .addHelpText(
+      'after',
+      '\nStops on SIGINT or SIGTERM. Rules and routes stay in place when it stops.',
+    )
+    .action(
+      async (
+        file: string,
+        opts: TargetOptions & { facts?: string; tick: string; json?: boolean },
+      ) => {
+        const target = resolveTarget(opts);
+        const prepared = await preparePolicy(file, target, opts);
+        const report = await applyGeneration({
+          backend: target.backend,
+          runner: target.runner,
+          state: target.state,
+          table: target.table,
+          policy: prepared.policy.name,
+          hash: prepared.hash,
+          artifacts: prepared.artifacts,
+          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+        });
+        const emit = (entry: { time: string; action: string; message: string }): void => {
+          printLine(
+            ctx.output,
+            opts.json === true
+              ? JSON.stringify(entry)
+              : `${entry.time} ${entry.action}: ${entry.message}`,
+          );
+        };
+        emit({
+          time: new Date().toISOString(),
+          action: report.changed ? 'applied' : 'unchanged',
+          message: `generation ${report.generation.number}, hash ${report.generation.hash.slice(0, 12)}`,
+        });
+        const controller = new AbortController();
+        const stop = (): void => {
+          controller.abort();
+        };
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+        await runResident({
+          ...target,
+          log: emit,
+          signal: controller.signal,
+          tickMs: Number(opts.tick),
+        });
+        ctx.setExit(EXIT.ok);
+      },
+    );
+}
