@@ -185,20 +185,28 @@ export class AddressSetBuilder {
  */
 function mergeIpv4(starts: Uint32Array, ends: Uint32Array): number[] {
   const n = starts.length;
-  const out: number[] = [];
-  if (n === 0) return out;
+  if (n === 0) return [];
   sortUint32(starts);
   sortUint32(ends);
+  // Count the runs first, so the result is allocated once instead of grown by push.
+  let runs = 1;
+  for (let k = 1; k < n; k++) {
+    if ((starts[k] as number) > (ends[k - 1] as number) + 1) runs++;
+  }
+  const out = new Array<number>(runs * 2);
+  let o = 0;
   let runStart = starts[0] as number;
   for (let k = 1; k < n; k++) {
     const s = starts[k] as number;
     const previousEnd = ends[k - 1] as number;
     if (s > previousEnd + 1) {
-      out.push(runStart, previousEnd);
+      out[o++] = runStart;
+      out[o++] = previousEnd;
       runStart = s;
     }
   }
-  out.push(runStart, ends[n - 1] as number);
+  out[o++] = runStart;
+  out[o] = ends[n - 1] as number;
   return out;
 }
 
