@@ -35,3 +35,4 @@ export {
   type SteeringRule,
   type SteeringSpec,
 } from './nftables/index.js';
+export { renderUnits, type UnitOptions } from './nftables/index.js';

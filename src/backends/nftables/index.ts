@@ -14,3 +14,4 @@ export {
   type SteeringRule,
   type SteeringSpec,
 } from './steering.js';
+export { renderUnits, type UnitOptions } from './systemd-units.js';

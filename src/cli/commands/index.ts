@@ -12,6 +12,7 @@ import { registerStatus } from './status.js';
 import { registerRemove } from './remove.js';
 import { registerRestore } from './restore.js';
 import { registerRun } from './run.js';
+import { registerUnits } from './units.js';
 
 /** Every command, in the order `--help` lists them. One line each: add yours here. */
 export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void)[] = [
@@ -27,4 +28,5 @@ export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void
   registerRemove,
   registerRestore,
   registerRun,
+  registerUnits,
 ];

@@ -1,0 +1,49 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Command } from 'commander';
+import { renderUnits } from '../../backends/index.js';
+import type { CommandContext } from '../command-context.js';
+import { EXIT } from '../exit-codes.js';
+import { printJson, printLine } from '../output.js';
+
+/** Registers `units`. */
+export function registerUnits(program: Command, ctx: CommandContext): void {
+  program
+    .command('units')
+    .description(
+      'Render the systemd units: boot-time restore before the network, the resident mode, the networkd drop-in',
+    )
+    .option('--policy <file>', 'also render egressguard.service, which runs this policy')
+    .option('--state-dir <dir>', 'state directory the units use', '/var/lib/egressguard')
+    .option('--out <dir>', 'write the files into this directory (e.g. /etc/systemd/system)')
+    .option('--json', 'print the files as JSON')
+    .addHelpText(
+      'after',
+      '\nExample:\n  egressguard units --policy /etc/egressguard/policy.yaml --out /etc/systemd/system\n  systemd-analyze verify /etc/systemd/system/egressguard*.service && systemctl enable egressguard-restore egressguard',
+    )
+    .action((opts: { policy?: string; stateDir: string; out?: string; json?: boolean }) => {
+      const units = renderUnits({
+        node: process.execPath,
+        bin: fileURLToPath(new URL('../../../bin/egressguard.js', import.meta.url)),
+        stateDir: opts.stateDir,
+        ...(opts.policy === undefined
+          ? {}
+          : { policy: isAbsolute(opts.policy) ? opts.policy : resolve(opts.policy) }),
+      });
+      if (opts.out !== undefined) {
+        mkdirSync(opts.out, { recursive: true });
+        for (const unit of units) writeFileSync(join(opts.out, unit.name), unit.content);
+      }
+      if (opts.json === true) printJson(ctx.output, units);
+      else if (opts.out !== undefined)
+        printLine(ctx.output, `wrote ${units.map((u) => u.name).join(', ')} to ${opts.out}`);
+      else for (const unit of units) output(ctx, unit.name, unit.content);
+      ctx.setExit(EXIT.ok);
+    });
+}
+
+function output(ctx: CommandContext, name: string, content: string): void {
+  printLine(ctx.output, `# ---- ${name}`);
+  ctx.output.out.write(content);
+}
