@@ -36,3 +36,4 @@ export {
   type SteeringSpec,
 } from './nftables/index.js';
 export { renderUnits, type UnitOptions } from './nftables/index.js';
+export { compileWithHash } from './compile-with-hash.js';

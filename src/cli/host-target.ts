@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import {
   BackendRegistry,
+  compileWithHash,
   DEFAULT_TABLE,
   LOCKDOWN_ARTIFACT,
   nftablesBackend,
@@ -8,7 +9,7 @@ import {
   type Backend,
 } from '../backends/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
-import { hostConfigHash, lowerPolicy, type PolicyIR } from '../ir/index.js';
+import { lowerPolicy, type PolicyIR } from '../ir/index.js';
 import type { Policy } from '../policy/index.js';
 import { createRunner, type Runner } from '../runner/index.js';
 import { StateDir } from '../state/index.js';
@@ -72,16 +73,11 @@ export async function preparePolicy(
   const facts =
     options.facts === undefined ? await gatherFacts(target.runner) : readHostFacts(options.facts);
   const ir = lowerPolicy(policy, facts);
-  const compiler = target.backend.createCompiler();
-  const blank = compiler.compile(ir, facts, { tableName: target.table });
-  const hash = hostConfigHash({
+  const { artifacts, hash } = compileWithHash(target.backend.createCompiler(), {
     ir,
-    artifacts: blank,
-    versions: { compiler: VERSION, agent: VERSION },
-  });
-  const artifacts = compiler.compile(ir, facts, {
+    facts,
     tableName: target.table,
-    stamp: `eg-hash:${hash}`,
+    versions: { compiler: VERSION, agent: VERSION },
   });
   return {
     policy,

@@ -2,7 +2,8 @@ import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { hostConfigHash, lowerPolicy } from '../../ir/index.js';
+import { lowerPolicy } from '../../ir/index.js';
+import { compileWithHash } from '../../backends/index.js';
 import { EXIT } from '../exit-codes.js';
 import { requireFacts, requirePolicy } from '../load-inputs.js';
 import { printJson, printLine, type Output } from '../output.js';
@@ -24,15 +25,12 @@ export function runCompile(file: string, options: CompileCommandOptions, output:
   const backend =
     options.target === undefined ? registry.forFacts(facts) : registry.get(options.target);
   const ir = lowerPolicy(policy, facts);
-  const compiler = backend.createCompiler();
-  const tableOption = options.table === undefined ? {} : { tableName: options.table };
-  const blank = compiler.compile(ir, facts, tableOption);
-  const hash = hostConfigHash({
+  const { artifacts, hash } = compileWithHash(backend.createCompiler(), {
     ir,
-    artifacts: blank,
+    facts,
+    tableName: options.table,
     versions: { compiler: VERSION, agent: VERSION },
   });
-  const artifacts = compiler.compile(ir, facts, { ...tableOption, stamp: `eg-hash:${hash}` });
   if (options.out !== undefined) {
     mkdirSync(options.out, { recursive: true });
     for (const a of artifacts) writeFileSync(join(options.out, a.name), a.content);
