@@ -1,31 +1,41 @@
-/** ` (did you mean "x"?)` for the closest candidate within a small edit distance, else ''. */
+/**
+ * ` (did you mean "x"?)` for the closest candidate within a small edit distance, else ''.
+ * Case is ignored and a swap of two neighbouring letters counts as one edit ("tnu0" → "tun0").
+ */
 export function didYouMean(input: string, candidates: Iterable<string>): string {
   let best: string | undefined;
   let bestDistance = Infinity;
   for (const candidate of candidates) {
+    if (candidate === input) continue;
     const d = editDistance(input.toLowerCase(), candidate.toLowerCase());
     if (d < bestDistance) {
       best = candidate;
       bestDistance = d;
     }
   }
-  const limit = Math.max(2, Math.floor(input.length / 3));
+  // One edit in three letters, at least one: "ab" must not suggest "id".
+  const limit = Math.max(1, Math.floor(input.length / 3));
   return best !== undefined && bestDistance <= limit ? ` (did you mean "${best}"?)` : '';
 }
 
+/** Optimal string alignment distance: insertions, deletions, substitutions, transpositions. */
 function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  const rows: number[][] = [Array.from({ length: b.length + 1 }, (_, j) => j)];
   for (let i = 1; i <= a.length; i++) {
-    const current = [i];
+    const row = [i];
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      current[j] = Math.min(
-        (previous[j] ?? 0) + 1,
-        (current[j - 1] ?? 0) + 1,
-        (previous[j - 1] ?? 0) + cost,
+      let d = Math.min(
+        (rows[i - 1]?.[j] ?? 0) + 1,
+        (row[j - 1] ?? 0) + 1,
+        (rows[i - 1]?.[j - 1] ?? 0) + cost,
       );
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) {
+        d = Math.min(d, (rows[i - 2]?.[j - 2] ?? 0) + 1);
+      }
+      row[j] = d;
     }
-    previous = current;
+    rows.push(row);
   }
-  return previous[b.length] ?? 0;
+  return rows[a.length]?.[b.length] ?? 0;
 }

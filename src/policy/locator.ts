@@ -1,4 +1,13 @@
-import { isMap, isPair, isScalar, isSeq, type Document, type LineCounter, type Node } from 'yaml';
+import {
+  isMap,
+  isPair,
+  isScalar,
+  isSeq,
+  visit,
+  type Document,
+  type LineCounter,
+  type Node,
+} from 'yaml';
 import { ISSUE_CODES, formatPath, type IssueCode, type PolicyIssue } from './issue.js';
 
 export type Path = readonly (string | number)[];
@@ -46,6 +55,52 @@ export class IssueCollector {
     this.push([], offset, code, message);
   }
 
+  /** The key that starts at `offset` and the path of its mapping (for duplicate keys). */
+  keyAtOffset(offset: number): { key: string; parent: Path } | undefined {
+    const search = (node: unknown, path: Path): { key: string; parent: Path } | undefined => {
+      if (isMap(node)) {
+        for (const pair of node.items) {
+          if (!isScalar(pair.key)) continue;
+          const key = String(pair.key.value);
+          if (rangeStart(pair.key) === offset) return { key, parent: path };
+          const found = search(pair.value, [...path, key]);
+          if (found !== undefined) return found;
+        }
+      } else if (isSeq(node)) {
+        for (const [i, item] of node.items.entries()) {
+          const found = search(item, [...path, i]);
+          if (found !== undefined) return found;
+        }
+      }
+      return undefined;
+    };
+    return search(this.doc.contents, []);
+  }
+
+  /** The plain value at `path`, or undefined when the document does not spell it out. */
+  valueAt(path: Path): unknown {
+    const node: unknown = this.doc.getIn(path, false);
+    return isMap(node) || isSeq(node) ? node.toJSON() : node;
+  }
+
+  /** The first alias whose anchor is not defined before it, with the anchors that are. */
+  findUnresolvedAlias(): { name: string; offset: number; anchors: string[] } | undefined {
+    const anchors: string[] = [];
+    let found: { name: string; offset: number; anchors: string[] } | undefined;
+    visit(this.doc, {
+      Alias: (_key, alias) => {
+        if (anchors.includes(alias.source)) return undefined;
+        found = { name: alias.source, offset: rangeStart(alias) ?? 0, anchors };
+        return visit.BREAK;
+      },
+      Node: (_key, node) => {
+        if (node.anchor !== undefined) anchors.push(node.anchor);
+        return undefined;
+      },
+    });
+    return found;
+  }
+
   /** Whether the document spells out this key (as opposed to a schema default). */
   has(path: Path): boolean {
     return this.doc.hasIn(path);
@@ -72,7 +127,7 @@ export class IssueCollector {
       const last = i === path.length - 1;
       if (isMap(node)) {
         const pair = node.items.find(
-          (p) => isPair(p) && isScalar(p.key) && p.key.value === segment,
+          (p) => isPair(p) && isScalar(p.key) && String(p.key.value) === String(segment),
         );
         if (pair === undefined) return offset;
         if (last && key) return rangeStart(pair.key) ?? offset;

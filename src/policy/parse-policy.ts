@@ -1,8 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument } from 'yaml';
-import { AddressSet, parseAddress } from '../core/index.js';
+import { parseAddress, type AddressSet, type Family } from '../core/index.js';
 import { didYouMean } from './did-you-mean.js';
-import { hasErrors, type IssueCode, type PolicyIssue } from './issue.js';
+import {
+  partsOfDocument,
+  salvageDocumentParts,
+  type ClassPart,
+  type DocumentParts,
+  type RulePart,
+} from './document-parts.js';
+import { formatPath, hasErrors, type IssueCode, type PolicyIssue } from './issue.js';
+import { findInterfaceNameProblem } from './interface-name.js';
 import { IssueCollector, type Path } from './locator.js';
 import type {
   Destination,
@@ -14,14 +22,13 @@ import type {
   Protocol,
   Requirement,
 } from './policy.js';
-import { NetworkResolver } from './resolve-networks.js';
+import { NetworkResolver, describeReadError } from './resolve-networks.js';
 import {
+  NAME_PATTERN,
   policySchema,
   type ClassDefinition,
-  type PolicyDocument,
   type ProbeDefinition,
   type ProtocolSpec,
-  type RuleDefinition,
 } from './schema.js';
 import { findShadowedRules } from './shadowed-rules.js';
 import { reportZodIssues } from './zod-issues.js';
@@ -36,7 +43,6 @@ export interface ParseResult {
 
 const PROTOCOL_NUMBERS: Record<string, Protocol> = { gre: 47, esp: 50, ah: 51, sctp: 132 };
 const PORT_PROTOCOLS = new Set<Protocol>(['tcp', 'udp', 132]);
-const INTERFACE_NAME = /^[A-Za-z0-9_.:@-]{1,15}\*?$/;
 
 /** Reads and validates a policy file; every problem is returned at once, nothing is thrown. */
 export function loadPolicy(file: string): ParseResult {
@@ -44,7 +50,6 @@ export function loadPolicy(file: string): ParseResult {
   try {
     text = readFileSync(file, 'utf8');
   } catch (error) {
-    const reason = (error as NodeJS.ErrnoException).code ?? String(error);
     return {
       policy: undefined,
       report: () => {
@@ -58,7 +63,7 @@ export function loadPolicy(file: string): ParseResult {
           line: 1,
           column: 1,
           path: '',
-          message: `Cannot read policy "${file}": ${reason}: check the path and its permissions`,
+          message: `Cannot read policy "${file}": ${describeReadError(error)}: check the path and its permissions`,
         },
       ],
     };
@@ -71,30 +76,65 @@ export function parsePolicy(text: string, file: string): ParseResult {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const collector = new IssueCollector(file, doc, lines);
-  for (const error of doc.errors) {
-    const code = error.code === 'DUPLICATE_KEY' ? 'duplicate-key' : 'yaml-syntax';
-    const message =
-      code === 'duplicate-key'
-        ? 'Duplicate key: each key may appear once in a mapping; merge the two entries'
-        : `Cannot parse YAML: ${error.message.split('\n')[0] ?? ''}`;
-    collector.atOffset(error.pos[0], code, message);
-  }
   const report = (path: Path, code: IssueCode, message: string): PolicyIssue => {
     collector.at(path, code, message);
     const issue = collector.issues.at(-1);
     if (issue === undefined) throw new Error('unreachable: an issue was just added');
     return issue;
   };
-  if (doc.errors.length > 0) return { policy: undefined, issues: collector.issues, report };
+  let syntaxError = false;
+  for (const error of doc.errors) {
+    if (error.code === 'DUPLICATE_KEY') {
+      const key = collector.keyAtOffset(error.pos[0]);
+      const where =
+        key === undefined || key.parent.length === 0 ? 'the policy' : `"${formatPath(key.parent)}"`;
+      collector.atOffset(
+        error.pos[0],
+        'duplicate-key',
+        `Duplicate key${key === undefined ? '' : ` "${key.key}"`} in ${where}: a key may appear once in a mapping; merge the two entries or rename one`,
+      );
+    } else if (!syntaxError) {
+      // Only the first: after a syntax error the parser's later complaints are mostly echoes.
+      syntaxError = true;
+      const detail = (error.message.split('\n')[0] ?? '').replace(
+        / at line \d+, column \d+:?$/,
+        '',
+      );
+      collector.atOffset(error.pos[0], 'yaml-syntax', `Cannot parse YAML: ${detail}`);
+    }
+  }
+  // A duplicate key leaves a usable document (the last entry wins): check the rest too.
+  if (syntaxError) return { policy: undefined, issues: sortIssues(collector.issues), report };
 
-  const parsed = policySchema.safeParse(doc.toJS(), { reportInput: true });
-  if (!parsed.success) {
-    reportZodIssues(parsed.error.issues, collector);
+  // An empty file is an empty policy: report its missing fields rather than a type.
+  let raw: unknown = {};
+  try {
+    if (doc.contents !== null) raw = doc.toJS();
+  } catch (error) {
+    // toJS throws on an alias to no anchor, and on too many aliases (a "billion laughs").
+    const alias = collector.findUnresolvedAlias();
+    if (alias === undefined) {
+      collector.atOffset(0, 'yaml-syntax', `Cannot parse YAML: ${(error as Error).message}`);
+    } else {
+      collector.atOffset(
+        alias.offset,
+        'yaml-syntax',
+        `Cannot parse YAML: alias "*${alias.name}" refers to no anchor before it${didYouMean(alias.name, alias.anchors)}: define "&${alias.name}" earlier, or fix the name`,
+      );
+    }
     return { policy: undefined, issues: sortIssues(collector.issues), report };
   }
-  const policy = resolvePolicy(parsed.data, collector, file);
+  const parsed = policySchema.safeParse(raw, { reportInput: true });
+  let parts: DocumentParts | undefined;
+  if (parsed.success) {
+    parts = partsOfDocument(parsed.data);
+  } else {
+    reportZodIssues(parsed.error.issues, collector);
+    parts = salvageDocumentParts(raw);
+  }
+  const policy = parts === undefined ? undefined : resolvePolicy(parts, collector, file);
   const issues = sortIssues(collector.issues);
-  return { policy: hasErrors(issues) ? undefined : policy, issues, report };
+  return { policy: parsed.success && !hasErrors(issues) ? policy : undefined, issues, report };
 }
 
 function sortIssues(issues: readonly PolicyIssue[]): PolicyIssue[] {
@@ -103,63 +143,97 @@ function sortIssues(issues: readonly PolicyIssue[]): PolicyIssue[] {
   );
 }
 
-function resolvePolicy(doc: PolicyDocument, collector: IssueCollector, file: string): Policy {
-  const networks = new NetworkResolver(doc.networks, collector, file);
+function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: string): Policy {
+  const networks = new NetworkResolver(parts.networks, collector, {
+    policyFile: file,
+    broken: parts.brokenNetworks,
+  });
   networks.resolveAll();
 
-  const tunnels = Object.keys(doc.interfaces.tunnels);
+  const { tunnels, uplink } = parts;
   for (const tunnel of tunnels) {
-    if (!INTERFACE_NAME.test(tunnel) || tunnel.endsWith('*')) {
+    const problem = findInterfaceNameProblem(tunnel, { prefix: false });
+    if (problem !== undefined) {
       collector.atKey(
         ['interfaces', 'tunnels', tunnel],
         'invalid-interface-name',
-        `Tunnel name "${tunnel}" is not a Linux or macOS interface name: use at most 15 letters, digits, ".", "_" or "-"`,
+        `Tunnel "${tunnel}" is not an interface name: ${problem}`,
+      );
+    } else if (tunnel === 'uplink') {
+      collector.atKey(
+        ['interfaces', 'tunnels', tunnel],
+        'invalid-interface-name',
+        'Tunnel name "uplink" is reserved: "via: uplink" means the uplink; rename the tunnel',
       );
     }
   }
-  if (doc.interfaces.uplink !== 'default-route' && !INTERFACE_NAME.test(doc.interfaces.uplink)) {
-    collector.at(
-      ['interfaces', 'uplink'],
-      'invalid-interface-name',
-      `Uplink "${doc.interfaces.uplink}" is not an interface name: use "default-route" or a name like eth0`,
-    );
+  if (uplink !== 'default-route') {
+    const problem = findInterfaceNameProblem(uplink, { prefix: false });
+    if (problem !== undefined) {
+      collector.at(
+        ['interfaces', 'uplink'],
+        'invalid-interface-name',
+        `Uplink "${uplink}" is not an interface name: ${problem} (or use "default-route")`,
+      );
+    } else if (tunnels.includes(uplink)) {
+      collector.at(
+        ['interfaces', 'uplink'],
+        'invalid-value',
+        `Uplink "${uplink}" is also declared as a tunnel: the uplink is the way out that tunnel classes must never take; name another interface or use "default-route"`,
+      );
+    }
   }
 
   const ruleIds = new Map<string, string>();
-  const classes = Object.entries(doc.classes).map(([name, definition]) =>
-    resolveClass(name, definition, { collector, networks, tunnels, ruleIds }),
+  const classes = parts.classes.map((part) =>
+    resolveClass(part, { collector, networks, tunnels, ruleIds }),
   );
-  checkSourceOverlaps(classes, doc, collector);
+  checkSourceOverlaps(classes, collector);
 
   const requirementIds = new Set<string>();
-  const requirements = doc.requirements.map((requirement, i): Requirement => {
-    const path: Path = ['requirements', i];
-    if (requirementIds.has(requirement.id)) {
+  const probeIds = new Map<string, { path: Path; explicit: boolean }>();
+  const requirements = parts.requirements.map(({ index, definition, probes }): Requirement => {
+    const path: Path = ['requirements', index];
+    if (requirementIds.has(definition.id)) {
       collector.at(
         [...path, 'id'],
         'duplicate-id',
-        `Requirement id "${requirement.id}" is used twice: give each requirement its own id`,
+        `Requirement id "${definition.id}" is used twice: give each requirement its own id`,
       );
     }
-    requirementIds.add(requirement.id);
+    requirementIds.add(definition.id);
     return {
-      id: requirement.id,
-      statement: requirement.statement,
-      safetyCritical: requirement.safetyCritical,
-      probes: requirement.probes.map((probe, j) =>
-        resolveProbe(probe, {
-          path: [...path, 'probes', j],
-          id: `${requirement.id}#${j + 1}`,
+      id: definition.id,
+      statement: definition.statement,
+      safetyCritical: definition.safetyCritical,
+      probes: probes.map(({ index: j, value }) => {
+        const probePath: Path = [...path, 'probes', j];
+        const probe = resolveProbe(value, {
+          path: probePath,
+          id: `${definition.id}#${j + 1}`,
           collector,
-        }),
-      ),
+        });
+        const previous = probeIds.get(probe.id);
+        const explicit = value.id !== undefined;
+        if (previous === undefined) {
+          probeIds.set(probe.id, { path: probePath, explicit });
+        } else if (explicit || previous.explicit) {
+          // Two derived ids collide only when requirement ids do, which is reported above.
+          collector.at(
+            value.id === undefined ? probePath : [...probePath, 'id'],
+            'duplicate-id',
+            `Probe id "${probe.id}" is already used at "${formatPath(previous.path)}": results and evidence are keyed by it; give this probe its own id`,
+          );
+        }
+        return probe;
+      }),
     };
   });
 
   return {
     file,
-    name: doc.metadata.name,
-    uplink: doc.interfaces.uplink,
+    name: parts.name,
+    uplink,
     tunnels,
     classes,
     requirements,
@@ -173,10 +247,11 @@ interface ClassContext {
   readonly ruleIds: Map<string, string>;
 }
 
-function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): PolicyClass {
+function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
   const { collector } = ctx;
+  const { name, definition: def } = part;
   const path: Path = ['classes', name];
-  if (!/^[a-z][a-z0-9-]{0,30}$/.test(name)) {
+  if (!NAME_PATTERN.test(name)) {
     collector.atKey(
       path,
       'invalid-value',
@@ -188,22 +263,23 @@ function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): Po
     collector.atKey(
       path,
       'missing-ingress',
-      `Class "${name}" has no ingress interfaces: list the bridge or interfaces its workloads arrive on under "ingress", or set origin: host`,
+      `Class "${name}" has no ingress interfaces: list the bridge or interfaces its workloads arrive on under "ingress", or set "origin: host" for traffic the host itself sends`,
     );
   }
   if (def.origin === 'host' && ingress.length > 0) {
     collector.at(
       [...path, 'ingress'],
       'ingress-on-host-class',
-      `Class "${name}" is host-originated and cannot have ingress interfaces: remove "ingress" or set origin: forwarded`,
+      `Class "${name}" is host-originated and cannot have ingress interfaces: remove "ingress" or set "origin: forwarded"`,
     );
   }
   ingress.forEach((iface, i) => {
-    if (!INTERFACE_NAME.test(iface)) {
+    const problem = findInterfaceNameProblem(iface, { prefix: true });
+    if (problem !== undefined) {
       collector.at(
         [...path, 'ingress', i],
         'invalid-interface-name',
-        `Ingress "${iface}" is not an interface name: use at most 15 letters, digits, ".", "_" or "-", optionally ending in "*"`,
+        `Ingress "${iface}" is not an interface name or prefix: ${problem}`,
       );
     }
   });
@@ -217,7 +293,7 @@ function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): Po
       collector.at(
         [...path, 'via'],
         'unknown-interface',
-        `Unknown interface "${def.via}" in via${didYouMean(def.via, ['uplink', ...ctx.tunnels])}: use "uplink" or a tunnel declared under interfaces.tunnels`,
+        `Unknown interface "${def.via}" in "via"${didYouMean(def.via, ['uplink', ...ctx.tunnels])}: use "uplink" or a tunnel declared under "interfaces.tunnels"`,
       );
     }
   }
@@ -229,20 +305,22 @@ function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): Po
       collector.at(
         [...ksPath, 'mode'],
         'kill-switch-audit',
-        `The kill switch of class "${name}" cannot be in audit mode: logging instead of dropping lets traffic out the uplink when the tunnel fails; remove "mode" (enforce)`,
+        `The kill switch of class "${name}" cannot be in audit mode: logging instead of dropping lets traffic out the uplink when the tunnel fails; remove "mode" (or set it to "enforce")`,
       );
     }
     if (!collector.has([...path, 'via'])) {
       collector.atKey(
         ksPath,
         'tunnel-class-without-tunnel',
-        `Class "${name}" has a kill switch but no tunnel: set "via" to a tunnel declared under interfaces.tunnels`,
+        ctx.tunnels.length === 0
+          ? `Class "${name}" has a kill switch but no tunnel: declare the tunnel under "interfaces.tunnels" and set "via" to it`
+          : `Class "${name}" has a kill switch but no tunnel: set "via" to a tunnel (${ctx.tunnels.map((t) => `"${t}"`).join(', ')})`,
       );
     } else if (def.via === 'uplink') {
       collector.at(
         [...path, 'via'],
         'kill-switch-on-uplink',
-        `Class "${name}" leaves by the uplink, so a kill switch would block all of it: set "via" to a tunnel, or remove the kill switch`,
+        `Class "${name}" leaves by the uplink, so its kill switch would block all of its traffic: set "via" to a tunnel, or remove "killSwitch"`,
       );
     }
     killSwitch = {
@@ -251,26 +329,36 @@ function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): Po
     };
   }
 
-  const rules = def.rules.map((rule, i) => resolveRule(rule, [...path, 'rules', i], ctx));
-  rules.forEach((rule, i) => {
+  const resolved = part.rules.map(({ index, value }) => ({
+    index,
+    rule: resolveRule(value, [...path, 'rules', index], ctx),
+  }));
+  for (const { index, rule } of resolved) {
     const previous = ctx.ruleIds.get(rule.id);
     if (previous !== undefined) {
       collector.at(
-        [...path, 'rules', i, 'id'],
+        [...path, 'rules', index, 'id'],
         'duplicate-id',
-        `Rule id "${rule.id}" is already used in ${previous}: rule ids name counters and log entries, so each must be unique`,
+        `Rule id "${rule.id}" is already used in ${previous}: rule ids name counters and log entries, so each must be unique; rename one`,
       );
     } else {
       ctx.ruleIds.set(rule.id, `class "${name}"`);
     }
-  });
+  }
+  const rules = resolved.map((r) => r.rule);
   const ipv6 = def.ipv6 ?? 'block';
-  checkFamilies(name, rules, { sources, ipv6, path, collector });
+  checkFamilies(name, resolved, { def, sources, ipv6, path, collector });
   for (const { index, by } of findShadowedRules(rules)) {
+    const shadowed = resolved[index];
+    if (shadowed === undefined) continue;
+    const earlier =
+      by.length === 1
+        ? `the earlier rule "${by[0] ?? ''}" matches`
+        : `the earlier rules ${by.map((id) => `"${id}"`).join(', ')} together match`;
     collector.at(
-      [...path, 'rules', index, 'id'],
+      [...path, 'rules', shadowed.index, 'id'],
       'shadowed-rule',
-      `Rule "${rules[index]?.id ?? ''}" never matches: the earlier rule "${by}" matches all its packets; reorder or remove it`,
+      `Rule "${shadowed.rule.id}" never matches: ${earlier} all its packets (the first match wins); reorder or remove it`,
     );
   }
 
@@ -290,7 +378,7 @@ function resolveClass(name: string, def: ClassDefinition, ctx: ClassContext): Po
   };
 }
 
-function resolveRule(rule: RuleDefinition, path: Path, ctx: ClassContext): PolicyRule {
+function resolveRule(rule: RulePart, path: Path, ctx: ClassContext): PolicyRule {
   const { collector } = ctx;
   let destination: Destination;
   if (rule.to === 'any' || rule.to === 'self') {
@@ -316,6 +404,7 @@ function resolveRule(rule: RuleDefinition, path: Path, ctx: ClassContext): Polic
   if (rule.ports !== undefined) {
     ports = [];
     rule.ports.forEach((spec, i) => {
+      if (spec === null) return; // failed the schema, reported there
       const range = parsePortRange(spec, [...path, 'ports', i], collector);
       if (range !== undefined) ports?.push(range);
     });
@@ -323,7 +412,7 @@ function resolveRule(rule: RuleDefinition, path: Path, ctx: ClassContext): Polic
       collector.at(
         [...path, 'ports'],
         'ports-without-protocol',
-        `Rule "${rule.id}" lists ports but no protocol: add proto: tcp, udp or [tcp, udp]`,
+        `Rule "${rule.id}" lists ports but no protocol, and only tcp, udp and sctp have ports: add "proto: tcp", "proto: udp" or "proto: [tcp, udp]"`,
       );
     } else {
       const portless = protocols.filter((p) => !PORT_PROTOCOLS.has(p));
@@ -331,7 +420,7 @@ function resolveRule(rule: RuleDefinition, path: Path, ctx: ClassContext): Polic
         collector.at(
           [...path, 'ports'],
           'ports-without-protocol',
-          `Rule "${rule.id}" lists ports but protocol ${portless.map((p) => `"${String(p)}"`).join(', ')} has none: ports apply to tcp, udp and sctp; split the rule`,
+          `Rule "${rule.id}" lists ports but protocol ${portless.map((p) => `"${String(p)}"`).join(', ')} has none (ports exist only for tcp, udp and sctp): move ${portless.length === 1 ? 'it' : 'them'} to a rule without ports`,
         );
       }
     }
@@ -351,7 +440,7 @@ function toProtocol(
     collector.at(
       path,
       'invalid-protocol',
-      `Protocol number ${spec} is out of range: use 0 to 255 or a name (tcp, udp, icmp, gre, esp, ah, sctp)`,
+      `Protocol number ${spec} is out of range: use a number from 0 to 255 or a name (tcp, udp, icmp, gre, esp, ah, sctp)`,
     );
     return undefined;
   }
@@ -365,22 +454,27 @@ function parsePortRange(
   path: Path,
   collector: IssueCollector,
 ): PortRange | undefined {
-  const match = typeof spec === 'number' ? null : /^\s*(\d+)\s*-\s*(\d+)\s*$/.exec(spec);
+  const match = typeof spec === 'number' ? null : /^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$/.exec(spec);
   const from = typeof spec === 'number' ? spec : match ? Number(match[1]) : NaN;
-  const to = typeof spec === 'number' ? spec : match ? Number(match[2]) : NaN;
+  const to = typeof spec === 'number' ? spec : match ? Number(match[2] ?? match[1]) : NaN;
+  const shown = typeof spec === 'number' ? String(spec) : `"${spec}"`;
   if (Number.isNaN(from) || Number.isNaN(to)) {
     collector.at(
       path,
       'port-range',
-      `Cannot parse port "${String(spec)}": write a port (443) or a range ("30000-32767")`,
+      `Cannot parse port ${shown}: write a port (443) or an inclusive range ("30000-32767")`,
     );
     return undefined;
   }
-  if (from < 1 || to > 65535 || from > to) {
+  if (from < 1 || to > 65535) {
+    collector.at(path, 'port-range', `Port ${shown} is out of range: ports go from 1 to 65535`);
+    return undefined;
+  }
+  if (from > to) {
     collector.at(
       path,
       'port-range',
-      `Port ${typeof spec === 'number' ? spec : `range "${spec}"`} is out of range: ports go from 1 to 65535, low to high`,
+      `Port range ${shown} runs backwards: write the low port first ("${to}-${from}")`,
     );
     return undefined;
   }
@@ -389,29 +483,41 @@ function parsePortRange(
 
 function checkFamilies(
   name: string,
-  rules: readonly PolicyRule[],
-  ctx: { sources: AddressSet; ipv6: 'block' | 'allow'; path: Path; collector: IssueCollector },
+  rules: readonly { index: number; rule: PolicyRule }[],
+  ctx: {
+    def: Omit<ClassDefinition, 'rules'>;
+    sources: AddressSet;
+    ipv6: 'block' | 'allow';
+    path: Path;
+    collector: IssueCollector;
+  },
 ): void {
-  const produces = { 4: ctx.sources.has(4), 6: ctx.sources.has(6) };
-  rules.forEach((rule, i) => {
-    if (rule.destination.kind !== 'addresses') return;
+  // Empty sources are reported where they are written (an error, or an emptied network).
+  if (ctx.sources.isEmpty()) return;
+  const produces = {
+    4: ctx.sources.has(4),
+    // A forwarded class with no IPv6 prefix and "ipv6: allow" lets its IPv6 through unchecked.
+    6: ctx.sources.has(6) || (ctx.def.origin === 'forwarded' && ctx.ipv6 === 'allow'),
+  };
+  for (const { index, rule } of rules) {
+    if (rule.destination.kind !== 'addresses') continue;
     for (const family of [4, 6] as const) {
-      if (rule.destination.set.has(family) && !produces[family]) {
-        ctx.collector.at(
-          [...ctx.path, 'rules', i, 'to'],
-          'unreachable-family',
-          `Rule "${rule.id}" names IPv${family} destinations, but class "${name}" has no IPv${family} source prefix: that part never matches`,
-        );
-      }
+      if (!rule.destination.set.has(family) || produces[family]) continue;
+      const whole = !rule.destination.set.has(family === 4 ? 6 : 4);
+      const fix =
+        family === 6 && ctx.def.origin === 'forwarded'
+          ? 'add an IPv6 source prefix (or "ipv6: allow"), or remove them'
+          : `add an IPv${family} source prefix, or remove them`;
+      ctx.collector.at(
+        [...ctx.path, 'rules', index, 'to'],
+        'unreachable-family',
+        `Rule "${rule.id}" names IPv${family} destinations (${rule.destination.set.only(family).describe(2)}), but class "${name}" has no IPv${family} source, so ${whole ? 'the rule' : 'that part'} never matches: ${fix}`,
+      );
     }
-  });
+  }
 }
 
-function checkSourceOverlaps(
-  classes: readonly PolicyClass[],
-  doc: PolicyDocument,
-  collector: IssueCollector,
-): void {
+function checkSourceOverlaps(classes: readonly PolicyClass[], collector: IssueCollector): void {
   for (let i = 0; i < classes.length; i++) {
     for (let j = i + 1; j < classes.length; j++) {
       const a = classes[i];
@@ -420,11 +526,10 @@ function checkSourceOverlaps(
       if (labelsDisjoint(a.labels, b.labels)) continue;
       const overlap = a.sources.intersect(b.sources);
       if (overlap.isEmpty()) continue;
-      const sourcesAt: Path = ['classes', b.name, 'sources'];
       collector.at(
-        doc.classes[b.name] === undefined ? [] : sourcesAt,
+        ['classes', b.name, 'sources'],
         'source-overlap',
-        `Sources of class "${b.name}" overlap class "${a.name}" (${overlap.describe(3)}): a source belongs to one class only; split the prefixes`,
+        `Sources of class "${b.name}" overlap those of class "${a.name}" in ${overlap.describe(3)}: a source belongs to one class only; split the prefixes`,
       );
     }
   }
@@ -442,23 +547,55 @@ function resolveProbe(
   probe: ProbeDefinition,
   ctx: { path: Path; id: string; collector: IssueCollector },
 ): Probe {
+  const families: Partial<Record<'from' | 'to', Family>> = {};
   for (const field of ['from', 'to', 'egress'] as const) {
     const value = probe[field];
-    if (value !== undefined && parseAddress(value) === undefined) {
+    if (value === undefined) continue;
+    const address = parseAddress(value);
+    if (address === undefined) {
       ctx.collector.at(
         [...ctx.path, field],
         'malformed-address',
-        `Cannot parse "${value}" as an address: write one address, like 192.0.2.10 or 2001:db8::10`,
+        `Cannot parse "${value}" as an address: write one address without a prefix length, like 192.0.2.10 or 2001:db8::10`,
+      );
+    } else if (field !== 'egress') {
+      families[field] = address.family;
+    }
+  }
+  if (families.from !== undefined && families.to !== undefined && families.from !== families.to) {
+    ctx.collector.at(
+      [...ctx.path, 'to'],
+      'invalid-value',
+      `Probe goes from IPv${families.from} "${probe.from}" to IPv${families.to} "${probe.to}": a packet has one address family; use addresses of one family`,
+    );
+  }
+  for (const field of ['in', 'via'] as const) {
+    const value = probe[field];
+    const problem =
+      value === undefined ? undefined : findInterfaceNameProblem(value, { prefix: false });
+    if (problem !== undefined) {
+      ctx.collector.at(
+        [...ctx.path, field],
+        'invalid-interface-name',
+        `Probe field "${field}" holds "${value ?? ''}", which is not an interface name: ${problem}`,
       );
     }
   }
   const proto = toProtocol(probe.proto, [...ctx.path, 'proto'], ctx.collector) ?? 'tcp';
-  if (probe.port !== undefined && (probe.port < 1 || probe.port > 65535)) {
-    ctx.collector.at(
-      [...ctx.path, 'port'],
-      'port-range',
-      `Port ${probe.port} is out of range: ports go from 1 to 65535`,
-    );
+  if (probe.port !== undefined) {
+    if (probe.port < 1 || probe.port > 65535) {
+      ctx.collector.at(
+        [...ctx.path, 'port'],
+        'port-range',
+        `Port ${probe.port} is out of range: ports go from 1 to 65535`,
+      );
+    } else if (!PORT_PROTOCOLS.has(proto)) {
+      ctx.collector.at(
+        [...ctx.path, 'port'],
+        'ports-without-protocol',
+        `Probe has port ${probe.port} but protocol "${String(probe.proto)}" has no ports: remove "port", or use tcp, udp or sctp`,
+      );
+    }
   }
   return {
     id: probe.id ?? ctx.id,

@@ -1,15 +1,50 @@
 import { readFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
-import { AddressSet, parsePrefix, type Prefix } from '../core/index.js';
+import { dirname, isAbsolute, join } from 'node:path';
+import { AddressSet, parseAddress, parsePrefix, type Prefix } from '../core/index.js';
 import { didYouMean } from './did-you-mean.js';
 import type { IssueCollector, Path } from './locator.js';
-import type { NetworkDefinition } from './schema.js';
+import { NAME_PATTERN, type NetworkDefinition } from './schema.js';
 
 const MAX_LINE_ISSUES_PER_FILE = 20;
+const KEYWORDS = new Set(['any', 'self']);
 
-/** Whether an entry is written like an address (so a typo is a malformed CIDR, not a name). */
+/**
+ * Whether an entry is meant as an address rather than a network name: names start with a letter
+ * and hold no ":" or "/", so "10.0.0.300", "10.0.0.0/33" and "fe80::1%eth0" are malformed
+ * addresses, not unknown networks.
+ */
 function looksLikeAddress(entry: string): boolean {
-  return /^[0-9a-fA-F:.]*[.:/][0-9a-fA-F:./]*$/.test(entry) || /^\d+$/.test(entry);
+  return /^[0-9]/.test(entry) || entry.includes(':') || entry.includes('/');
+}
+
+/** What is wrong with an entry that does not parse as a prefix, and what to write instead. */
+function explainMalformed(entry: string): string {
+  const slash = entry.indexOf('/');
+  const address = parseAddress(slash === -1 ? entry : entry.slice(0, slash));
+  if (address !== undefined && slash !== -1) {
+    const max = address.family === 4 ? 32 : 128;
+    return `an IPv${address.family} prefix length is a number from 0 to ${max}`;
+  }
+  if (entry.includes('-')) return 'a range is not a prefix; write the prefixes that cover it';
+  if (entry.includes('%')) return 'a zone (%eth0) has no place in a prefix: remove it';
+  if (/^[\d.]+(\/.*)?$/.test(entry)) {
+    return 'an IPv4 address is four numbers from 0 to 255, without leading zeros';
+  }
+  return 'write an address or a prefix, like 192.0.2.0/24 or 2001:db8::/32';
+}
+
+/** The reason for a failed read: its errno code, and what it means for the common ones. */
+export function describeReadError(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const meaning: Record<string, string> = {
+    ENOENT: 'no such file',
+    EACCES: 'permission denied',
+    EPERM: 'permission denied',
+    EISDIR: 'it is a directory',
+  };
+  if (code === undefined) return String(error);
+  const text = meaning[code];
+  return text === undefined ? code : `${code} (${text})`;
 }
 
 /**
@@ -24,7 +59,11 @@ export class NetworkResolver {
   constructor(
     private readonly definitions: Readonly<Record<string, NetworkDefinition>>,
     private readonly collector: IssueCollector,
-    private readonly policyFile: string,
+    private readonly options: {
+      readonly policyFile: string;
+      /** Networks that failed the schema: references to them resolve to nothing, silently. */
+      readonly broken?: ReadonlySet<string>;
+    },
   ) {}
 
   get names(): string[] {
@@ -33,6 +72,21 @@ export class NetworkResolver {
 
   /** Resolves every defined network, so unused ones are validated too. */
   resolveAll(): void {
+    for (const name of [...this.names, ...(this.options.broken ?? [])]) {
+      if (KEYWORDS.has(name)) {
+        this.collector.atKey(
+          ['networks', name],
+          'invalid-value',
+          `Network name "${name}" is a keyword: "to: ${name}" can never refer to it; rename the network`,
+        );
+      } else if (!NAME_PATTERN.test(name)) {
+        this.collector.atKey(
+          ['networks', name],
+          'invalid-value',
+          `Network name "${name}" is not valid: use lowercase letters, digits and "-", starting with a letter, at most 31 characters`,
+        );
+      }
+    }
     for (const name of this.names) this.resolveNetwork(name, ['networks', name]);
   }
 
@@ -42,11 +96,11 @@ export class NetworkResolver {
     let set = AddressSet.EMPTY;
     entries.forEach((entry, i) => {
       const at = [...path, i];
-      if (entry === 'self' || entry === 'any') {
+      if (KEYWORDS.has(entry)) {
         this.collector.at(
           at,
           'misplaced-keyword',
-          `"${entry}" cannot stand in a list of networks: use it alone, as "to: ${entry}", in a rule of its own`,
+          `"${entry}" is a keyword, not a network: it can only stand alone as a rule's destination ("to: ${entry}"); move it to a rule of its own`,
         );
       } else if (looksLikeAddress(entry)) {
         const prefix = this.parseCidr(entry, at);
@@ -65,7 +119,7 @@ export class NetworkResolver {
       this.collector.at(
         at,
         'malformed-cidr',
-        `Cannot parse "${entry}" as an address or prefix: write it like 192.0.2.0/24 or 2001:db8::/32`,
+        `Cannot parse "${entry}" as an address or prefix: ${explainMalformed(entry)}`,
       );
       return undefined;
     }
@@ -74,14 +128,15 @@ export class NetworkResolver {
       this.collector.at(
         at,
         'host-bits',
-        `"${entry}" has host bits set and means ${clean}: write that, or the address alone for one host`,
+        `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
       );
     }
     return prefix;
   }
 
   private resolveReference(name: string, at: Path): AddressSet | undefined {
-    if (!(name in this.definitions)) {
+    if (this.options.broken?.has(name) === true) return undefined;
+    if (!Object.hasOwn(this.definitions, name)) {
       this.collector.at(
         at,
         'unknown-network',
@@ -98,13 +153,16 @@ export class NetworkResolver {
     const cycleStart = this.stack.indexOf(name);
     if (cycleStart !== -1) {
       const cycle = [...this.stack.slice(cycleStart), name];
-      const key = [...cycle].sort().join(',');
+      // One report per cycle, however many of its members are resolved from outside it.
+      const key = [...new Set(cycle)].sort().join(',');
       if (!this.reportedCycles.has(key)) {
         this.reportedCycles.add(key);
         this.collector.at(
           at,
           'network-cycle',
-          `Network "${name}" refers to itself through ${cycle.map((n) => `"${n}"`).join(' → ')}: remove one of these references`,
+          cycle.length === 2
+            ? `Network "${name}" refers to itself: remove the reference`
+            : `Network "${this.stack.at(-1) ?? name}" refers back to "${name}", a cycle: ${cycle.map((n) => `"${n}"`).join(' → ')}; remove one of these references`,
         );
       }
       return undefined;
@@ -133,7 +191,7 @@ export class NetworkResolver {
           this.collector.at(
             [...path, 'exclude'],
             'empty-network',
-            `Network "${name}" is empty after its exclusions: rules that use it match nothing`,
+            `Network "${name}" is empty: its exclusions remove all of ${before.describe(3)}, so whatever uses it matches nothing; narrow the exclusions or remove the network`,
           );
         }
       }
@@ -144,21 +202,23 @@ export class NetworkResolver {
   }
 
   private readListFile(file: string, at: Path): AddressSet {
-    const path = resolve(dirname(this.policyFile), file);
+    // Shown as the policy's path names it, so messages and golden files do not depend on the
+    // working directory.
+    const shown = isAbsolute(file) ? file : join(dirname(this.options.policyFile), file);
     let text: string;
     try {
-      text = readFileSync(path, 'utf8');
+      text = readFileSync(shown, 'utf8');
     } catch (error) {
-      const reason = (error as NodeJS.ErrnoException).code ?? String(error);
       this.collector.at(
         at,
         'unreadable-file',
-        `Cannot read network list "${path}": ${reason}: check the path (relative to the policy file) and its permissions`,
+        `Cannot read network list "${shown}": ${describeReadError(error)}: check the path (relative to the policy file) and its permissions`,
       );
       return AddressSet.EMPTY;
     }
+    if (text.startsWith('\uFEFF')) text = text.slice(1);
     const prefixes: Prefix[] = [];
-    let bad = 0;
+    const counts = { 'malformed-cidr': 0, 'host-bits': 0 };
     let lineNo = 0;
     let start = 0;
     while (start <= text.length) {
@@ -172,26 +232,29 @@ export class NetworkResolver {
       const entry = line.trim();
       if (entry === '') continue;
       const prefix = parsePrefix(entry);
-      if (prefix !== undefined) {
-        prefixes.push(prefix);
-        continue;
-      }
-      bad++;
-      if (bad <= MAX_LINE_ISSUES_PER_FILE) {
-        this.collector.inFile(
-          path,
-          { line: lineNo, column: line.indexOf(entry) + 1 },
-          at,
-          'malformed-cidr',
-          `Cannot parse "${entry}" as a prefix: write one prefix a line, like 192.0.2.0/24`,
-        );
-      }
+      if (prefix !== undefined) prefixes.push(prefix);
+      const code =
+        prefix === undefined ? 'malformed-cidr' : prefix.hadHostBits ? 'host-bits' : null;
+      if (code === null) continue;
+      counts[code]++;
+      if (counts[code] > MAX_LINE_ISSUES_PER_FILE) continue;
+      const clean = prefix === undefined ? '' : AddressSet.fromPrefixes([prefix]).describe();
+      this.collector.inFile(
+        shown,
+        { line: lineNo, column: line.indexOf(entry) + 1 },
+        at,
+        code,
+        code === 'malformed-cidr'
+          ? `Cannot parse "${entry}" as a prefix: ${explainMalformed(entry)}`
+          : `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
+      );
     }
-    if (bad > MAX_LINE_ISSUES_PER_FILE) {
+    for (const code of ['malformed-cidr', 'host-bits'] as const) {
+      if (counts[code] <= MAX_LINE_ISSUES_PER_FILE) continue;
       this.collector.at(
         at,
-        'malformed-cidr',
-        `Network list "${path}" has ${bad} malformed lines; the first ${MAX_LINE_ISSUES_PER_FILE} are listed`,
+        code,
+        `Network list "${shown}" has ${counts[code]} lines with this problem; only the first ${MAX_LINE_ISSUES_PER_FILE} are listed: fix the file or regenerate it`,
       );
     }
     return AddressSet.fromPrefixes(prefixes);

@@ -3,12 +3,15 @@ import { z } from 'zod';
 /**
  * The policy's structure, v1. This is the single source of the validator and of the JSON Schema
  * that `egressguard schema` prints; meaning (references, CIDRs, overlaps) is checked afterwards
- * in check-semantics.ts, where problems can point at the exact YAML node.
+ * in parse-policy.ts, where problems can point at the exact YAML node.
  */
+
+/** Names of policies, networks and classes. */
+export const NAME_PATTERN = /^[a-z][a-z0-9-]{0,30}$/;
 
 const name = z
   .string()
-  .regex(/^[a-z][a-z0-9-]{0,30}$/, 'use lowercase letters, digits and "-", starting with a letter')
+  .regex(NAME_PATTERN, 'use lowercase letters, digits and "-", starting with a letter')
   .describe('A name: lowercase letters, digits and "-", at most 31 characters');
 
 const networkEntry = z
@@ -139,7 +142,7 @@ const probe = z.strictObject({
 
 const requirement = z.strictObject({
   id: z.string().regex(/^[A-Z][A-Z0-9]*(-[A-Z0-9]+)+$/, 'use an id like R-NET-06'),
-  statement: z.string().min(1),
+  statement: z.string().min(1).describe('What the requirement guarantees, in a sentence'),
   safetyCritical: z.boolean().optional().default(false),
   probes: z.array(probe).optional().default([]),
 });
@@ -148,16 +151,37 @@ export const policySchema = z
   .strictObject({
     apiVersion: z.literal('egressguard/v1'),
     kind: z.literal('Policy').optional().default('Policy'),
-    metadata: z.strictObject({
-      name,
-      description: z.string().optional(),
-    }),
+    metadata: z
+      .strictObject({
+        name,
+        description: z.string().optional(),
+      })
+      .describe("The policy's name and an optional description"),
     networks: z.record(z.string(), network).optional().default({}),
     interfaces: interfaces.optional().default({ uplink: 'default-route', tunnels: {} }),
-    classes: z.record(z.string(), classSchema),
+    classes: z
+      .record(z.string(), classSchema)
+      .describe('The classes of workloads, by name, each with its ingress, sources, via and rules'),
     requirements: z.array(requirement).optional().default([]),
   })
   .describe('egressguard policy v1');
+
+/**
+ * Lenient versions of the sections, for checking the meaning of the parts of an invalid policy
+ * that are sound (every problem at once): unknown keys are dropped (the strict schema has
+ * reported them), and rules, their ports and probes are left to be validated one by one, so a bad
+ * rule hides neither its siblings nor its class, and a bad port not the other ports.
+ */
+export const salvageSchemas = {
+  network,
+  interfaces: interfaces.strip(),
+  class: classSchema.extend({ rules: z.array(z.unknown()).optional().default([]) }).strip(),
+  rule: rule.extend({ ports: z.array(z.unknown()).min(1).optional() }).strip(),
+  port,
+  requirement: requirement.extend({ probes: z.array(z.unknown()).optional().default([]) }).strip(),
+  probe: probe.strip(),
+  metadata: z.object({ name }),
+};
 
 export type PolicyDocument = z.output<typeof policySchema>;
 export type NetworkDefinition = z.output<typeof network>;
@@ -185,6 +209,17 @@ export function knownKeysAt(path: readonly (string | number)[]): readonly string
     node = next;
   }
   return keysOf(node);
+}
+
+/** The description of the field at `path`, for messages about a missing field. */
+export function describeAt(path: readonly (string | number)[]): string | undefined {
+  let node: z.ZodType = policySchema;
+  for (const segment of path) {
+    const next = childOf(node, segment);
+    if (next === undefined) return undefined;
+    node = next;
+  }
+  return node.description ?? unwrap(node).description;
 }
 
 function unwrap(node: z.ZodType): z.ZodType {

@@ -1,0 +1,361 @@
+import { readdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { formatIssue } from './issue.js';
+import { loadPolicy, parsePolicy } from './parse-policy.js';
+
+const VALID = fileURLToPath(new URL('../../testdata/policies/valid', import.meta.url));
+
+const HEAD = `apiVersion: egressguard/v1
+metadata: { name: test }
+`;
+
+/** Issues of a policy as `LINE:COL severity code`, and their messages. */
+function check(text: string) {
+  const result = parsePolicy(text, 'policy.yaml');
+  return {
+    result,
+    at: result.issues.map((i) => `${i.line}:${i.column} ${i.severity} ${i.code}`),
+    codes: result.issues.map((i) => i.code),
+    messages: result.issues.map((i) => i.message),
+  };
+}
+
+/** A policy with one class `vm` made of these lines (indented under it). */
+function withClass(lines: string, extra = ''): string {
+  return `${HEAD}${extra}classes:
+  vm:
+${lines
+  .trim()
+  .split('\n')
+  .map((l) => `    ${l.trim()}`)
+  .join('\n')}
+`;
+}
+
+describe('valid examples', () => {
+  it.each(readdirSync(VALID))('%s has no issues', (name) => {
+    const result = loadPolicy(join(VALID, name, 'policy.yaml'));
+    expect(result.issues.map(formatIssue)).toEqual([]);
+    expect(result.policy).toBeDefined();
+  });
+});
+
+describe('every problem at once', () => {
+  it('checks the meaning of the sound parts when the schema fails', () => {
+    const { at, result } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [192.168.64.0/22]
+        killswitch: {}
+        rules:
+          - { id: a, action: permit, to: any }
+          - { id: b, action: allow, to: lan, proto: tcp, ports: [70000] }
+          - { id: c, action: allow, to: lna }
+        default: allow`),
+    );
+    expect(at).toEqual([
+      '7:5 error unknown-field',
+      '9:24 error invalid-value',
+      '10:35 error unknown-network',
+      '10:60 error port-range',
+      '11:35 error unknown-network',
+    ]);
+    // The indices stay those of the document even though rule "a" was set aside.
+    expect(result.issues[3]?.path).toBe('classes.vm.rules[1].ports[0]');
+    expect(result.policy).toBeUndefined();
+  });
+
+  it('does not report references to a network that failed the schema', () => {
+    const { codes } = check(
+      withClass(
+        `
+        ingress: [br0]
+        sources: [192.168.64.0/22]
+        rules: [{ id: a, action: deny, to: lan }]
+        default: allow`,
+        'networks:\n  lan: { cidr: [10.0.0.0/8] }\n',
+      ),
+    );
+    expect(codes).toEqual(['unknown-field']);
+  });
+
+  it('keeps tunnels declared when the interfaces section fails the schema', () => {
+    const { codes } = check(
+      withClass(
+        `
+        ingress: [br0]
+        sources: [192.168.64.0/22]
+        via: tun0
+        killSwitch: {}
+        default: allow`,
+        'interfaces:\n  tunnels:\n    tun0: { descripton: typo }\n',
+      ),
+    );
+    expect(codes).toEqual(['unknown-field']);
+  });
+
+  it('goes on after a duplicate key, naming it and its mapping', () => {
+    const { at, messages } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [192.168.64.0/22]
+        default: allow
+        default: deny
+        rules: [{ id: a, action: allow, to: any, ports: [53] }]`),
+    );
+    expect(at).toEqual(['8:5 error duplicate-key', '9:53 error ports-without-protocol']);
+    expect(messages[0]).toBe(
+      'Duplicate key "default" in "classes.vm": a key may appear once in a mapping; merge the two entries or rename one',
+    );
+  });
+
+  it('reports an alias to no anchor instead of crashing', () => {
+    const { at, messages } = check(
+      `${HEAD}networks:\n  lan: &lan [10.0.0.0/8]\nclasses:\n  vm: { ingress: [br0], sources: *lna, default: allow }\n`,
+    );
+    expect(at).toEqual(['6:34 error yaml-syntax']);
+    expect(messages[0]).toBe(
+      'Cannot parse YAML: alias "*lna" refers to no anchor before it (did you mean "lan"?): define "&lna" earlier, or fix the name',
+    );
+  });
+
+  it('reports only the first YAML syntax error, not its echoes', () => {
+    const { at } = check(
+      `${HEAD}classes:\n  vm:\n    ingress: [br0]\n\tsources: []\n    default: allow\n`,
+    );
+    expect(at).toEqual(['6:1 error yaml-syntax']);
+  });
+});
+
+describe('schema problems', () => {
+  it('reports the missing fields of an empty file', () => {
+    const { at, messages } = check('');
+    expect(at).toEqual([
+      '1:1 error missing-field',
+      '1:1 error missing-field',
+      '1:1 error missing-field',
+    ]);
+    expect(messages[0]).toBe(
+      'Missing required field "apiVersion" in the policy: add "apiVersion: egressguard/v1"',
+    );
+  });
+
+  it('points a missing field at the key of its mapping and says what it is', () => {
+    const { at, messages } = check(withClass('ingress: [br0]\nsources: [10.0.0.0/24]'));
+    expect(at).toEqual(['4:3 error missing-field']);
+    expect(messages[0]).toBe(
+      'Missing required field "default" in "classes.vm": add it (the verdict when no rule matches)',
+    );
+  });
+
+  it('lists the known fields when no field is close to an unknown one', () => {
+    const { messages } = check(`${HEAD}classes: {}\nfirewall: nft\n`);
+    expect(messages[0]).toBe(
+      'Unknown field "firewall" in the policy: remove it, or use one of "apiVersion", "kind", "metadata", "networks", "interfaces", "classes", "requirements"',
+    );
+  });
+
+  it('reports a wrong apiVersion with the one to use', () => {
+    const { at, messages } = check('apiVersion: v1\nmetadata: { name: x }\nclasses: {}\n');
+    expect(at).toEqual(['1:13 error api-version']);
+    expect(messages[0]).toBe(
+      'Unsupported apiVersion "v1": use "egressguard/v1", the only version this egressguard reads',
+    );
+  });
+
+  it('reports a union against the branch of the value type', () => {
+    const { messages } = check(
+      withClass(
+        `
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        mssClamp: 400
+        rules: [{ id: a, action: deny, to: [] }, { id: b, action: deny, to: any, proto: [tcp, 3.5] }]
+        default: allow`,
+        'networks:\n  lan: 10.0.0.0/8\n',
+      ),
+    );
+    expect(messages).toEqual([
+      'Expected a list or a mapping at "networks.lan", found "10.0.0.0/8": write a list, like [10.0.0.0/8]',
+      'Value 400 at "classes.vm.mssClamp" is too small: use at least 536',
+      'Field "classes.vm.rules[0].to" is empty: list at least 1 entry',
+      'Unknown protocol 3.5 at "classes.vm.rules[1].proto[1]": use tcp, udp, icmp, gre, esp, ah, sctp or a number from 0 to 255',
+    ]);
+  });
+});
+
+describe('rules', () => {
+  it('reads ports as numbers, quoted numbers and ranges', () => {
+    const { result, codes } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        rules: [{ id: a, action: allow, to: any, proto: tcp, ports: [22, '443', ' 8000 - 8080 '] }]
+        default: deny`),
+    );
+    expect(codes).toEqual([]);
+    expect(result.policy?.classes[0]?.rules[0]?.ports).toEqual([
+      { from: 22, to: 22 },
+      { from: 443, to: 443 },
+      { from: 8000, to: 8080 },
+    ]);
+  });
+
+  it('refuses ports that are not whole numbers from 1 to 65535, low to high', () => {
+    const { messages, codes } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        rules: [{ id: a, action: allow, to: any, proto: tcp, ports: [0, 44.5, https, '90-80'] }]
+        default: deny`),
+    );
+    expect(codes).toEqual(['port-range', 'port-range', 'port-range', 'port-range']);
+    expect(messages).toEqual([
+      'Port 0 is out of range: ports go from 1 to 65535',
+      'Cannot use port 44.5 at "classes.vm.rules[0].ports[1]": write a whole port (443) or an inclusive range ("30000-32767")',
+      'Cannot parse port "https": write a port (443) or an inclusive range ("30000-32767")',
+      'Port range "90-80" runs backwards: write the low port first ("80-90")',
+    ]);
+  });
+
+  it('maps protocol numbers 6 and 17 to tcp and udp', () => {
+    const { result } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        rules: [{ id: a, action: allow, to: any, proto: [6, 17, 47, gre, icmp], ports: [53] }]
+        default: deny`),
+    );
+    expect(result.issues.map((i) => i.message)).toEqual([
+      'Rule "a" lists ports but protocol "47", "icmp" has none (ports exist only for tcp, udp and sctp): move them to a rule without ports',
+    ]);
+  });
+});
+
+describe('address families', () => {
+  const rule = "rules: [{ id: mirror, action: allow, to: ['203.0.113.80', '2001:db8::80'] }]";
+
+  it('warns about IPv6 destinations in a class with no IPv6 source', () => {
+    const { at } = check(
+      withClass(`ingress: [br0]\nsources: [10.0.0.0/24]\n${rule}\ndefault: deny`),
+    );
+    expect(at).toEqual(['7:46 warning unreachable-family']);
+  });
+
+  it('does not warn when the class lets its IPv6 through with "ipv6: allow"', () => {
+    const { codes } = check(
+      withClass(`ingress: [br0]\nsources: [10.0.0.0/24]\nipv6: allow\n${rule}\ndefault: deny`),
+    );
+    expect(codes).toEqual([]);
+  });
+
+  it('warns about IPv4 destinations in an IPv6-only class, whole rule', () => {
+    const { messages } = check(
+      withClass(
+        `ingress: [br0]\nsources: ['2001:db8:64::/48']\nrules: [{ id: v4, action: deny, to: 10.0.0.0/8 }]\ndefault: allow`,
+      ),
+    );
+    expect(messages).toEqual([
+      'Rule "v4" names IPv4 destinations (10.0.0.0/8), but class "vm" has no IPv4 source, so the rule never matches: add an IPv4 source prefix, or remove them',
+    ]);
+  });
+});
+
+describe('classes and interfaces', () => {
+  it('asks for a tunnel when a kill switch has none', () => {
+    const { messages } = check(
+      withClass('ingress: [br0]\nsources: [10.0.0.0/24]\nkillSwitch: {}\ndefault: allow'),
+    );
+    expect(messages).toEqual([
+      'Class "vm" has a kill switch but no tunnel: declare the tunnel under "interfaces.tunnels" and set "via" to it',
+    ]);
+  });
+
+  it('checks the uplink and tunnel names', () => {
+    const { at, messages } = check(
+      withClass(
+        'ingress: [veth*]\nsources: [10.0.0.0/24]\ndefault: allow',
+        'interfaces:\n  uplink: eth*\n  tunnels:\n    wg0: {}\n    uplink: {}\n    "tun:0": {}\n',
+      ),
+    );
+    expect(at).toEqual([
+      '4:11 error invalid-interface-name',
+      '7:5 error invalid-interface-name',
+      '8:5 error invalid-interface-name',
+    ]);
+    expect(messages).toEqual([
+      'Uplink "eth*" is not an interface name: "*" may only end an ingress prefix; name one interface (or use "default-route")',
+      'Tunnel name "uplink" is reserved: "via: uplink" means the uplink; rename the tunnel',
+      'Tunnel "tun:0" is not an interface name: ":" is not allowed; use letters, digits, ".", "_" and "-"',
+    ]);
+  });
+
+  it('refuses an uplink that is also a tunnel', () => {
+    const { codes } = check(
+      withClass(
+        'ingress: [br0]\nsources: [10.0.0.0/24]\ndefault: allow',
+        'interfaces:\n  uplink: wg0\n  tunnels:\n    wg0: {}\n',
+      ),
+    );
+    expect(codes).toEqual(['invalid-value']);
+  });
+
+  it('lets classes for hosts with different labels share sources', () => {
+    const policy = `${HEAD}classes:
+  a:
+    ingress: [br0]
+    sources: [10.0.0.0/24]
+    hosts: { labels: { site: ams } }
+    default: allow
+  b:
+    ingress: [br0]
+    sources: [10.0.0.0/24]
+    hosts: { labels: { site: fra } }
+    default: deny
+  c:
+    ingress: [br1]
+    sources: [10.0.0.128/25]
+    hosts: { labels: { role: ci } }
+    default: deny
+`;
+    const { at, messages } = check(policy);
+    expect(at).toEqual(['16:14 error source-overlap', '16:14 error source-overlap']);
+    expect(messages[0]).toContain(
+      'Sources of class "c" overlap those of class "a" in 10.0.0.128/25',
+    );
+  });
+});
+
+describe('probes', () => {
+  const probes = (lines: string) =>
+    withClass('ingress: [br0]\nsources: [10.0.0.0/24]\ndefault: allow') +
+    `requirements:\n  - id: R-NET-01\n    statement: test\n    probes:\n${lines}`;
+
+  it('refuses a probe between families instead of failing at evaluation', () => {
+    const { at, messages } = check(
+      probes("      - { from: 10.0.0.5, to: '2001:db8::1', expect: allow }\n"),
+    );
+    expect(at).toEqual(['12:31 error invalid-value']);
+    expect(messages[0]).toBe(
+      'Probe goes from IPv4 "10.0.0.5" to IPv6 "2001:db8::1": a packet has one address family; use addresses of one family',
+    );
+  });
+
+  it('checks ports, interface names and ids', () => {
+    const { codes } = check(
+      probes(`      - { id: p1, from: 10.0.0.5, to: 192.0.2.1, proto: icmp, port: 80, expect: allow }
+      - { id: p1, from: 10.0.0.5, in: br/0, to: 192.0.2.1, expect: allow }
+      - { from: 10.0.0.5, to: 192.0.2.1/32, port: 0, expect: deny }
+`),
+    );
+    expect(codes).toEqual([
+      'ports-without-protocol',
+      'duplicate-id',
+      'invalid-interface-name',
+      'malformed-address',
+      'port-range',
+    ]);
+  });
+});
