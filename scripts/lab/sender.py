@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Send a batch of nonce-stamped probe packets for the egressguard lab. Python 3 stdlib only.
+
+Reads one JSON object on stdin:
+
+    {"nonce": "eg1a2b3c4d5e6f7a8b",
+     "packets": [{"kind": "udp", "dst": "203.0.113.10", "src": "10.99.0.7",
+                  "sport": 40000, "dport": 9, "count": 3, "intervalMs": 0}]}
+
+kind is tcp (a SYN), udp, dns (a UDP query whose name holds the nonce), icmp (echo request;
+ICMPv6 for an IPv6 destination), gre, esp, sctp (an INIT) or ip (any IP protocol number, given
+as "protocol"). src is optional (default: the source the kernel would pick for dst).
+
+Writes one JSON object on stdout: {"results": [{"sent": 3, "failed": 0, "error": null}]}, one
+result per packet spec. Every packet is built whole, IP header included, and sent through a raw
+socket (IPPROTO_RAW implies IP_HDRINCL on both families: raw(7), ipv6(7)), so any source address
+works, also one that is not on this host. The socket is bound to the source with IP_FREEBIND so
+that source-based routing rules see it. Every payload carries the nonce.
+
+Exit status: 0 when the batch ran (send errors are reported per spec, not fatal), 2 on invalid
+input.
+"""
+
+import ipaddress
+import json
+import os
+import re
+import socket
+import struct
+import sys
+import time
+
+KINDS = {"tcp", "udp", "dns", "icmp", "gre", "esp", "sctp", "ip"}
+PORTED = {"tcp", "udp", "sctp"}
+FIXED_PROTOCOL = {"tcp": 6, "udp": 17, "dns": 17, "gre": 47, "esp": 50, "sctp": 132}
+# IPv6 extension headers: a payload after one of these would be parsed as that header.
+IPV6_EXTENSION_HEADERS = {0, 43, 44, 51, 60, 135, 139, 140, 253, 254}
+NONCE = re.compile(r"^[a-z0-9]{8,32}$")
+MAX_PACKETS = 10000
+MAX_DURATION_S = 60.0
+IP_FREEBIND = 15
+IPV6_FREEBIND = 78
+GRE_PROTOCOL_TYPE = 0x88B5  # IEEE 802 local experimental EtherType: never decapsulated
+ESP_SPI = 0x45470001
+# SCTP parameter types with the top bits 10 are skipped silently by receivers (RFC 9260 §3.2.1).
+SCTP_NONCE_PARAMETER = 0x8E67
+
+
+class InvalidInput(Exception):
+    pass
+
+
+def main():
+    try:
+        batch = parse_batch(sys.stdin.read())
+    except InvalidInput as error:
+        print(f"sender.py: invalid input: {error}", file=sys.stderr)
+        return 2
+    sockets = {}
+    results = []
+    try:
+        for spec in batch["packets"]:
+            results.append(send_spec(batch["nonce"], spec, sockets))
+    finally:
+        for sock in sockets.values():
+            sock.close()
+    json.dump({"results": results}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def parse_batch(text):
+    try:
+        batch = json.loads(text)
+    except ValueError as error:
+        raise InvalidInput(f"not JSON: {error}") from None
+    if not isinstance(batch, dict):
+        raise InvalidInput("expected an object with nonce and packets")
+    nonce = batch.get("nonce")
+    if not isinstance(nonce, str) or not NONCE.match(nonce):
+        raise InvalidInput(f"nonce {nonce!r} must be 8 to 32 characters of a-z and 0-9")
+    packets = batch.get("packets")
+    if not isinstance(packets, list) or not packets:
+        raise InvalidInput("packets must be a non-empty list")
+    specs = [parse_spec(i, p) for i, p in enumerate(packets)]
+    total = sum(s["count"] for s in specs)
+    if total > MAX_PACKETS:
+        raise InvalidInput(f"{total} packets in one batch, at most {MAX_PACKETS}")
+    duration = sum((s["count"] - 1) * s["interval"] for s in specs)
+    if duration > MAX_DURATION_S:
+        raise InvalidInput(f"the batch would take {duration:.1f} s, at most {MAX_DURATION_S:.0f}")
+    return {"nonce": nonce, "packets": specs}
+
+
+def parse_spec(index, raw):
+    where = f"packets[{index}]"
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"{where} must be an object")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise InvalidInput(f"{where}.kind {kind!r} must be one of {', '.join(sorted(KINDS))}")
+    dst = parse_address(raw.get("dst"), f"{where}.dst")
+    src = None if raw.get("src") is None else parse_address(raw.get("src"), f"{where}.src")
+    if src is not None and src.version != dst.version:
+        raise InvalidInput(f"{where}: src {src} and dst {dst} are of different families")
+    spec = {
+        "kind": kind,
+        "dst": dst,
+        "src": src,
+        "count": parse_int(raw.get("count", 1), f"{where}.count", 1, MAX_PACKETS),
+        "interval": parse_int(raw.get("intervalMs", 0), f"{where}.intervalMs", 0, 10000) / 1000,
+        "sport": None,
+        "dport": 53 if kind == "dns" else None,
+        "protocol": FIXED_PROTOCOL.get(kind, 1 if dst.version == 4 else 58),
+    }
+    if kind in PORTED or kind == "dns":
+        if raw.get("sport") is not None:
+            spec["sport"] = parse_int(raw["sport"], f"{where}.sport", 1, 65535)
+        if raw.get("dport") is not None or kind != "dns":
+            spec["dport"] = parse_int(raw.get("dport"), f"{where}.dport", 1, 65535)
+    if kind == "ip":
+        spec["protocol"] = parse_int(raw.get("protocol"), f"{where}.protocol", 0, 255)
+        if dst.version == 6 and spec["protocol"] in IPV6_EXTENSION_HEADERS:
+            raise InvalidInput(f"{where}.protocol {spec['protocol']} is an IPv6 extension header")
+    return spec
+
+
+def parse_address(value, where):
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where} must be an IP address string")
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise InvalidInput(f"{where} {value!r} is not an IP address") from None
+    if address.is_link_local or address.is_multicast or address.is_unspecified:
+        raise InvalidInput(f"{where} {value!r} must be a unicast address with global scope")
+    return address
+
+
+def parse_int(value, where, low, high):
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidInput(f"{where} {value!r} must be an integer from {low} to {high}")
+    return value
+
+
+def send_spec(nonce, spec, sockets):
+    sent, failed, error = 0, 0, None
+    try:
+        src = spec["src"] or pick_source(spec["dst"])
+        sock = raw_socket(src, sockets)
+    except OSError as e:
+        return {"sent": 0, "failed": spec["count"], "error": describe(e)}
+    for seq in range(spec["count"]):
+        if seq > 0 and spec["interval"] > 0:
+            time.sleep(spec["interval"])
+        packet = build_packet(nonce, spec, src, seq)
+        try:
+            sock.sendto(packet, (str(spec["dst"]), 0))
+            sent += 1
+        except OSError as e:
+            failed += 1
+            error = error or describe(e)
+    return {"sent": sent, "failed": failed, "error": error}
+
+
+def describe(error):
+    return f"{error.strerror or error} (errno {error.errno})"
+
+
+def pick_source(dst):
+    """The source address the kernel would choose for dst (connecting UDP sends nothing)."""
+    family = socket.AF_INET if dst.version == 4 else socket.AF_INET6
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((str(dst), 9))
+        return ipaddress.ip_address(probe.getsockname()[0])
+
+
+def raw_socket(src, sockets):
+    key = str(src)
+    if key not in sockets:
+        if src.version == 4:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+            sock.bind((key, 0))
+        else:
+            sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
+            sock.bind((key, 0, 0, 0))
+        sockets[key] = sock
+    return sockets[key]
+
+
+def build_packet(nonce, spec, src, seq):
+    kind, dst = spec["kind"], spec["dst"]
+    payload = f"egressguard {nonce} {kind} {seq}\n".encode()
+    sport = spec["sport"] or 40000 + seq % 20000
+    if kind == "tcp":
+        l4 = tcp_syn(src, dst, sport, spec["dport"], seq, payload)
+    elif kind == "udp":
+        l4 = udp(src, dst, sport, spec["dport"], payload)
+    elif kind == "dns":
+        l4 = udp(src, dst, sport, spec["dport"], dns_query(nonce, seq))
+    elif kind == "icmp":
+        l4 = icmp_echo(src, dst, seq, payload)
+    elif kind == "gre":
+        l4 = struct.pack("!HH", 0, GRE_PROTOCOL_TYPE) + payload
+    elif kind == "esp":
+        l4 = struct.pack("!II", ESP_SPI, seq + 1) + payload
+    elif kind == "sctp":
+        l4 = sctp_init(sport, spec["dport"], seq, payload)
+    else:
+        l4 = payload
+    return ip_header(src, dst, spec["protocol"], len(l4), seq) + l4
+
+
+def ip_header(src, dst, protocol, length, seq):
+    if src.version == 4:
+        header = struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + length, seq & 0xFFFF, 0, 64, protocol, 0,
+            src.packed, dst.packed,
+        )
+        return header[:10] + struct.pack("!H", checksum(header)) + header[12:]
+    return struct.pack("!IHBB16s16s", 6 << 28, length, protocol, 64, src.packed, dst.packed)
+
+
+def pseudo_header(src, dst, protocol, length):
+    if src.version == 4:
+        return struct.pack("!4s4sBBH", src.packed, dst.packed, 0, protocol, length)
+    return struct.pack("!16s16sI3xB", src.packed, dst.packed, length, protocol)
+
+
+def with_checksum(segment, offset, pseudo=b""):
+    value = checksum(pseudo + segment)
+    return segment[:offset] + struct.pack("!H", value) + segment[offset + 2:]
+
+
+def tcp_syn(src, dst, sport, dport, seq, payload):
+    segment = struct.pack("!HHIIBBHHH", sport, dport, 0x45470000 + seq, 0, 5 << 4, 0x02, 64240,
+                          0, 0) + payload
+    return with_checksum(segment, 16, pseudo_header(src, dst, 6, len(segment)))
+
+
+def udp(src, dst, sport, dport, payload):
+    datagram = struct.pack("!HHHH", sport, dport, 8 + len(payload), 0) + payload
+    result = with_checksum(datagram, 6, pseudo_header(src, dst, 17, len(datagram)))
+    if result[6:8] == b"\x00\x00":  # 0 means "no checksum" in UDP (RFC 768)
+        result = result[:6] + b"\xff\xff" + result[8:]
+    return result
+
+
+def icmp_echo(src, dst, seq, payload):
+    if src.version == 4:
+        return with_checksum(struct.pack("!BBHHH", 8, 0, 0, os.getpid() & 0xFFFF, seq) + payload, 2)
+    message = struct.pack("!BBHHH", 128, 0, 0, os.getpid() & 0xFFFF, seq) + payload
+    return with_checksum(message, 2, pseudo_header(src, dst, 58, len(message)))
+
+
+def dns_query(nonce, seq):
+    labels = [f"{nonce}-{seq}", "egressguard", "test"]  # .test is reserved (RFC 6761)
+    name = b"".join(bytes([len(l)]) + l.encode() for l in labels) + b"\x00"
+    return struct.pack("!HHHHHH", seq & 0xFFFF, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 1, 1)
+
+
+def sctp_init(sport, dport, seq, payload):
+    payload += b" " * (-len(payload) % 4)
+    parameter = struct.pack("!HH", SCTP_NONCE_PARAMETER, 4 + len(payload)) + payload
+    chunk = struct.pack("!BBHIIHHI", 1, 0, 20 + len(parameter), 0x45470000 + seq + 1, 65535, 1, 1,
+                        seq + 1) + parameter
+    packet = struct.pack("!HHII", sport, dport, 0, 0) + chunk
+    # The CRC32c goes on the wire least significant byte first (RFC 9260 appendix A).
+    return packet[:8] + struct.pack("<I", crc32c(packet)) + packet[12:]
+
+
+def checksum(data):
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+CRC32C_TABLE = []
+for _byte in range(256):
+    _crc = _byte
+    for _ in range(8):
+        _crc = (_crc >> 1) ^ 0x82F63B78 if _crc & 1 else _crc >> 1
+    CRC32C_TABLE.append(_crc)
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+export {
+  type Topology,
+  type LabNode,
+  type LabLink,
+  type LinkEnd,
+  type LabRoute,
+  type LinkRef,
+} from './lab/topology.js';
+export {
+  createLab,
+  withLab,
+  type Lab,
+  type CreateLabOptions,
+  type LinkState,
+  type RestoreRoutes,
+} from './lab/create-lab.js';
+export { reapStaleLabs, type ReapResult } from './lab/reap-stale-labs.js';
+export { DEFAULT_LAB_RUN_DIR } from './lab/lab-registry.js';
+export { createNonce, isNonce } from './lab/create-nonce.js';
+export {
+  sendPackets,
+  PACKET_KINDS,
+  type PacketKind,
+  type PacketSpec,
+  type SendResult,
+} from './lab/send-packets.js';
+export {
+  startObserver,
+  type Observer,
+  type ObserverOptions,
+  type Observation,
+  type PositiveControl,
+  type Direction,
+} from './lab/start-observer.js';
+export { parsePacket, isIcmpError, type ObservedPacket } from './lab/parse-packet.js';
+export { countPackets } from './lab/count-packets.js';
