@@ -37,3 +37,8 @@ export {
 } from './nftables/index.js';
 export { renderUnits, type UnitOptions } from './nftables/index.js';
 export { compileWithHash } from './compile-with-hash.js';
+export {
+  createDropDecoder,
+  mapRuleClasses,
+  type DropRecord,
+} from './nftables/index.js';

@@ -1,6 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
-import { AddressSet, parseAddress, parsePrefix, type Prefix } from '../core/index.js';
+import {
+  AddressSet,
+  parseAddress,
+  parsePrefix,
+  parsePrefixList,
+  type Prefix,
+} from '../core/index.js';
 import { didYouMean } from './did-you-mean.js';
 import type { IssueCollector, Path } from './locator.js';
 import { NAME_PATTERN, type NetworkDefinition } from './schema.js';
@@ -217,38 +223,23 @@ export class NetworkResolver {
       return AddressSet.EMPTY;
     }
     if (text.startsWith('\uFEFF')) text = text.slice(1);
-    const prefixes: Prefix[] = [];
     const counts = { 'malformed-cidr': 0, 'host-bits': 0 };
-    let lineNo = 0;
-    let start = 0;
-    while (start <= text.length) {
-      let end = text.indexOf('\n', start);
-      if (end === -1) end = text.length;
-      lineNo++;
-      let line = text.slice(start, end);
-      start = end + 1;
-      const hash = line.indexOf('#');
-      if (hash !== -1) line = line.slice(0, hash);
-      const entry = line.trim();
-      if (entry === '') continue;
-      const prefix = parsePrefix(entry);
-      if (prefix !== undefined) prefixes.push(prefix);
-      const code =
-        prefix === undefined ? 'malformed-cidr' : prefix.hadHostBits ? 'host-bits' : null;
-      if (code === null) continue;
+    const set = parsePrefixList(text, (issue) => {
+      const code = issue.kind === 'malformed' ? 'malformed-cidr' : 'host-bits';
       counts[code]++;
-      if (counts[code] > MAX_LINE_ISSUES_PER_FILE) continue;
-      const clean = prefix === undefined ? '' : AddressSet.fromPrefixes([prefix]).describe();
+      if (counts[code] > MAX_LINE_ISSUES_PER_FILE) return;
+      const clean =
+        issue.kind === 'host-bits' ? AddressSet.fromPrefixes([issue.prefix]).describe() : '';
       this.collector.inFile(
         shown,
-        { line: lineNo, column: line.indexOf(entry) + 1 },
+        { line: issue.line, column: issue.column },
         at,
         code,
-        code === 'malformed-cidr'
-          ? `Cannot parse "${entry}" as a prefix: ${explainMalformed(entry)}`
-          : `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
+        issue.kind === 'malformed'
+          ? `Cannot parse "${issue.entry}" as a prefix: ${explainMalformed(issue.entry)}`
+          : `"${issue.entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
       );
-    }
+    });
     for (const code of ['malformed-cidr', 'host-bits'] as const) {
       if (counts[code] <= MAX_LINE_ISSUES_PER_FILE) continue;
       this.collector.at(
@@ -257,6 +248,6 @@ export class NetworkResolver {
         `Network list "${shown}" has ${counts[code]} lines with this problem; only the first ${MAX_LINE_ISSUES_PER_FILE} are listed: fix the file or regenerate it`,
       );
     }
-    return AddressSet.fromPrefixes(prefixes);
+    return set;
   }
 }

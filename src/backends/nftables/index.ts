@@ -15,3 +15,4 @@ export {
   type SteeringSpec,
 } from './steering.js';
 export { renderUnits, type UnitOptions } from './systemd-units.js';
+export { createDropDecoder, mapRuleClasses, type DropRecord } from './nflog-record.js';

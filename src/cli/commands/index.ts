@@ -13,6 +13,7 @@ import { registerRemove } from './remove.js';
 import { registerRestore } from './restore.js';
 import { registerRun } from './run.js';
 import { registerUnits } from './units.js';
+import { registerDrops } from './drops.js';
 
 /** Every command, in the order `--help` lists them. One line each: add yours here. */
 export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void)[] = [
@@ -29,4 +30,5 @@ export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void
   registerRestore,
   registerRun,
   registerUnits,
+  registerDrops,
 ];
