@@ -38,7 +38,14 @@ export {
 export { renderUnits, type UnitOptions } from './nftables/index.js';
 export { compileWithHash } from './compile-with-hash.js';
 export {
+  createDoctorContext,
   createDropDecoder,
+  diagnose,
   mapRuleClasses,
+  readDoctorSnapshot,
+  type DoctorArea,
+  type DoctorFinding,
+  type DoctorReport,
+  type DoctorSeverity,
   type DropRecord,
 } from './nftables/index.js';

@@ -15,4 +15,13 @@ export {
   type SteeringSpec,
 } from './steering.js';
 export { renderUnits, type UnitOptions } from './systemd-units.js';
+export {
+  createDoctorContext,
+  diagnose,
+  type DoctorArea,
+  type DoctorFinding,
+  type DoctorReport,
+  type DoctorSeverity,
+} from './nft-doctor.js';
+export { readDoctorSnapshot } from './nft-doctor-gather.js';
 export { createDropDecoder, mapRuleClasses, type DropRecord } from './nflog-record.js';

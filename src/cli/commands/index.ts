@@ -13,6 +13,7 @@ import { registerRemove } from './remove.js';
 import { registerRestore } from './restore.js';
 import { registerRun } from './run.js';
 import { registerUnits } from './units.js';
+import { registerDoctor } from './doctor.js';
 import { registerDrops } from './drops.js';
 
 /** Every command, in the order `--help` lists them. One line each: add yours here. */
@@ -30,5 +31,6 @@ export const COMMANDS: readonly ((program: Command, ctx: CommandContext) => void
   registerRestore,
   registerRun,
   registerUnits,
+  registerDoctor,
   registerDrops,
 ];
