@@ -206,3 +206,6 @@ ip -n "$ns" rule add from 10.10.0.0/24 lookup 7350 priority 7350 proto 104
 ip -n "$ns" route add blackhole default table 7350 metric 4000000000 proto 104
 nsx nft -f "$out/../policies/valid/linux-vpn-gateway/expected.nft"
 capture clean-host
+
+# The repository's JSON is Prettier's.
+npx prettier --write "$out" >/dev/null
