@@ -121,6 +121,17 @@ describe('every problem at once', () => {
     );
   });
 
+  it('refuses a document whose aliases expand exponentially', () => {
+    let networks = '  n0: &n0 [10.0.0.0/8, 10.0.0.0/8, 10.0.0.0/8, 10.0.0.0/8]\n';
+    for (let i = 1; i < 8; i++) {
+      const p = `*n${i - 1}`;
+      networks += `  n${i}: &n${i} [${p}, ${p}, ${p}, ${p}, ${p}, ${p}, ${p}, ${p}]\n`;
+    }
+    const { at, messages } = check(`${HEAD}networks:\n${networks}classes: {}\n`);
+    expect(at).toEqual(['1:1 error yaml-syntax']);
+    expect(messages[0]).toContain('its aliases expand too often');
+  });
+
   it('reports only the first YAML syntax error, not its echoes', () => {
     const { at } = check(
       `${HEAD}classes:\n  vm:\n    ingress: [br0]\n\tsources: []\n    default: allow\n`,
@@ -231,6 +242,26 @@ describe('rules', () => {
     expect(result.issues.map((i) => i.message)).toEqual([
       'Rule "a" lists ports but protocol "47", "icmp" has none (ports exist only for tcp, udp and sctp): move them to a rule without ports',
     ]);
+  });
+});
+
+describe('rule ids', () => {
+  it('refuses ids that cannot name a counter, and the generated form', () => {
+    const { codes, messages } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        rules:
+          - { id: allow web, action: allow, to: 192.0.2.0/24 }
+          - { id: vm/default, action: deny, to: 10.0.0.0/8 }
+          - { id: allow-dns.v2_a, action: allow, to: 10.0.0.0/8, proto: icmpv6 }
+        default: deny`),
+    );
+    expect(codes).toEqual(['invalid-value', 'invalid-value', 'invalid-protocol']);
+    expect(messages[0]).toContain('Rule id "allow web" is not valid: it names nft counters');
+    expect(messages[2]).toBe(
+      'Unknown protocol "icmpv6" at "classes.vm.rules[2].proto": write "icmp", which means ICMP for IPv4 and ICMPv6 for IPv6 destinations',
+    );
   });
 });
 

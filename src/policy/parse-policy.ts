@@ -42,6 +42,8 @@ export interface ParseResult {
 }
 
 const PROTOCOL_NUMBERS: Record<string, Protocol> = { gre: 47, esp: 50, ah: 51, sctp: 132 };
+// Rule ids become nft object names and pf labels; "/" separates the generated ids (vm/default).
+const RULE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 const PORT_PROTOCOLS = new Set<Protocol>(['tcp', 'udp', 132]);
 
 /** Reads and validates a policy file; every problem is returned at once, nothing is thrown. */
@@ -114,7 +116,14 @@ export function parsePolicy(text: string, file: string): ParseResult {
     // toJS throws on an alias to no anchor, and on too many aliases (a "billion laughs").
     const alias = collector.findUnresolvedAlias();
     if (alias === undefined) {
-      collector.atOffset(0, 'yaml-syntax', `Cannot parse YAML: ${(error as Error).message}`);
+      const message = (error as Error).message;
+      collector.atOffset(
+        0,
+        'yaml-syntax',
+        message.startsWith('Excessive alias count')
+          ? 'Cannot parse YAML: its aliases expand too often (more than 100 times), the shape of a resource exhaustion attack: write the values out, or use fewer aliases'
+          : `Cannot parse YAML: ${message}`,
+      );
     } else {
       collector.atOffset(
         alias.offset,
@@ -335,7 +344,13 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
   }));
   for (const { index, rule } of resolved) {
     const previous = ctx.ruleIds.get(rule.id);
-    if (previous !== undefined) {
+    if (!RULE_ID.test(rule.id)) {
+      collector.at(
+        [...path, 'rules', index, 'id'],
+        'invalid-value',
+        `Rule id "${rule.id}" is not valid: it names nft counters and pf labels, so use at most 63 letters, digits, ".", "_" and "-", starting with a letter or digit ("/" is kept for ids like "${name}/default")`,
+      );
+    } else if (previous !== undefined) {
       collector.at(
         [...path, 'rules', index, 'id'],
         'duplicate-id',

@@ -162,6 +162,14 @@ function reportPortOrProtocol(path: Path, value: unknown, collector: IssueCollec
     return true;
   }
   if (isProtocolPath(path)) {
+    if (typeof value === 'string' && /^(icmpv6|ipv6-icmp|icmp6)$/i.test(value)) {
+      collector.at(
+        path,
+        'invalid-protocol',
+        `Unknown protocol "${value}" at ${where}: write "icmp", which means ICMP for IPv4 and ICMPv6 for IPv6 destinations`,
+      );
+      return true;
+    }
     const suggestion =
       typeof value === 'string'
         ? didYouMean(value, ['tcp', 'udp', 'icmp', 'gre', 'esp', 'ah', 'sctp'])
