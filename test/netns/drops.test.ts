@@ -121,9 +121,10 @@ describe('egressguard drops in a namespace', () => {
       effect: 'read',
     });
     try {
-      for (let i = 0; i < 50 && !other.stderr().includes('listening on'); i++) {
+      for (let i = 0; i < 200 && !other.stderr().includes('listening on'); i++) {
         await new Promise((r) => setTimeout(r, 100));
       }
+      expect(other.stderr()).toContain('listening on nflog:2');
       const result = await runCli(['drops', '--netns', ns, '--count', '1', '--duration', '5']);
       expect(result.exitCode).toBe(2);
       expect(result.stderr).toContain(

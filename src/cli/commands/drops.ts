@@ -103,19 +103,11 @@ function printRecord(output: Output, record: DropRecord, json: boolean): void {
   const clock = `${time.toTimeString().slice(0, 8)}.${String(time.getMilliseconds()).padStart(3, '0')}`;
   const action =
     record.action === 'drop' ? paint(output, 'red', 'drop ') : paint(output, 'yellow', 'audit');
-  const endpoint = (address: string | null, port: number | null): string =>
-    address === null
-      ? '?'
-      : port === null
-        ? address
-        : record.family === 6
-          ? `[${address}]:${port}`
-          : `${address}:${port}`;
   const what =
     record.icmp !== null
       ? `${record.protocol ?? '?'} type ${record.icmp.type} code ${record.icmp.code}`
       : record.port !== null
-        ? `${record.protocol ?? '?'} port ${record.port}`
+        ? `${record.protocol ?? '?'} ${record.port}`
         : (record.protocol ?? '?');
   const path = [
     record.hook,
@@ -129,7 +121,7 @@ function printRecord(output: Output, record: DropRecord, json: boolean): void {
       action,
       (record.class ?? '-').padEnd(12),
       record.rule.padEnd(24),
-      `${endpoint(record.src, record.sourcePort)} → ${endpoint(record.dst, record.port)}`,
+      `${record.src ?? '?'} → ${record.dst ?? '?'}`,
       what,
       paint(output, 'dim', `(${path.join(', ')})`),
     ].join('  '),
