@@ -39,6 +39,11 @@ function explainMalformed(entry: string): string {
   return 'write an address or a prefix, like 192.0.2.0/24 or 2001:db8::/32';
 }
 
+function describeHostBits(entry: string, prefix: Prefix): string {
+  const clean = AddressSet.fromPrefixes([prefix]).describe();
+  return `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`;
+}
+
 /** The reason for a failed read: its errno code, and what it means for the common ones. */
 export function describeReadError(error: unknown): string {
   const code = (error as NodeJS.ErrnoException).code;
@@ -129,14 +134,7 @@ export class NetworkResolver {
       );
       return undefined;
     }
-    if (prefix.hadHostBits) {
-      const clean = AddressSet.fromPrefixes([prefix]).describe();
-      this.collector.at(
-        at,
-        'host-bits',
-        `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
-      );
-    }
+    if (prefix.hadHostBits) this.collector.at(at, 'host-bits', describeHostBits(entry, prefix));
     return prefix;
   }
 
@@ -228,8 +226,6 @@ export class NetworkResolver {
       const code = issue.kind === 'malformed' ? 'malformed-cidr' : 'host-bits';
       counts[code]++;
       if (counts[code] > MAX_LINE_ISSUES_PER_FILE) return;
-      const clean =
-        issue.kind === 'host-bits' ? AddressSet.fromPrefixes([issue.prefix]).describe() : '';
       this.collector.inFile(
         shown,
         { line: issue.line, column: issue.column },
@@ -237,7 +233,7 @@ export class NetworkResolver {
         code,
         issue.kind === 'malformed'
           ? `Cannot parse "${issue.entry}" as a prefix: ${explainMalformed(issue.entry)}`
-          : `"${issue.entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`,
+          : describeHostBits(issue.entry, issue.prefix),
       );
     });
     for (const code of ['malformed-cidr', 'host-bits'] as const) {
