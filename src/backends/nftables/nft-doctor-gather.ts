@@ -96,10 +96,13 @@ async function tryRun(runner: Runner, argv: readonly string[]): Promise<CommandR
  * process is, enabled if a target wants it, and its configuration in the order systemd reads it.
  */
 function readNetworkdState(): NetworkdState {
-  const running = readdirSafe('/proc').some((pid) => {
-    if (!/^\d+$/.test(pid)) return false;
-    return readSafe(`/proc/${pid}/comm`)?.trim() === 'systemd-network'; // comm is cut at 15
-  });
+  // /run/systemd/netif itself exists wherever the package is installed (tmpfiles); per-link
+  // state files in it are written only by a running networkd.
+  const running =
+    readdirSafe('/run/systemd/netif/links').length > 0 ||
+    readdirSafe('/proc').some(
+      (pid) => /^\d+$/.test(pid) && readSafe(`/proc/${pid}/comm`)?.trim() === 'systemd-network', // comm is cut at 15
+    );
   const enabled = readdirSafe('/etc/systemd/system').some(
     (dir) =>
       dir.endsWith('.wants') && existsSync(`/etc/systemd/system/${dir}/systemd-networkd.service`),

@@ -183,6 +183,26 @@ export function classifyTopology(
     }
   }
 
+  // Say what was not checked: a check that silently did not run reads as a clean bill.
+  if (snapshot.tcFilters === null) {
+    findings.push({
+      severity: 'info',
+      area: 'topology',
+      code: 'check-skipped',
+      message: 'tc is not installed or could not list qdiscs: tc eBPF filters were not checked',
+      hint: 'install iproute2 (it ships tc) and run doctor again',
+    });
+  }
+  if (snapshot.xfrmPolicies === null) {
+    findings.push({
+      severity: 'info',
+      area: 'topology',
+      code: 'check-skipped',
+      message: '`ip xfrm policy show` failed: IPsec policies were not checked',
+      hint: 'load the xfrm modules or run doctor as root',
+    });
+  }
+
   const ipsec = parseXfrmPolicies(snapshot.xfrmPolicies ?? '').filter(
     (p) => p.dir === 'out' || p.dir === 'fwd',
   );

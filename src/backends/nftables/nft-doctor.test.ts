@@ -340,6 +340,24 @@ describe('topology', () => {
     expect(findings).toEqual([expect.objectContaining({ code: 'uplink-unresolved' })]);
   });
 
+  it('says which checks could not run instead of passing them', () => {
+    const findings = classifyTopology(
+      { ...clean, tcFilters: null, xfrmPolicies: null },
+      {
+        ...context,
+        uplink: 'eth0',
+      },
+    );
+    expect(findings.map((f) => [f.severity, f.code, f.message])).toEqual([
+      [
+        'info',
+        'check-skipped',
+        'tc is not installed or could not list qdiscs: tc eBPF filters were not checked',
+      ],
+      ['info', 'check-skipped', '`ip xfrm policy show` failed: IPsec policies were not checked'],
+    ]);
+  });
+
   it('reads xfrm policies from text, skipping per-socket ones', () => {
     // `ip xfrm policy show` prints socket policies as "socket in|out" (iproute2 ip/ipxfrm.c).
     const text = [

@@ -145,7 +145,8 @@ export function registerDoctor(program: Command, ctx: CommandContext): void {
       'after',
       `
 Each finding has a severity (error, warning, info), a stable code, a message and a hint.
-Read-only: doctor runs listings only (nft -j -t list ruleset, ip, tc, sysctl).
+Read-only: doctor runs listings only (nft -j -t list ruleset, ip, tc, sysctl). systemd-networkd
+manages the machine's own namespace only, so it is not checked with --netns.
 
 Exit codes:
   0  no error-severity findings (warnings allowed)
