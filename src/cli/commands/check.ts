@@ -55,7 +55,7 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
         parsed.report(
           ['requirements', index, 'probes', result.index],
           'probe-mismatch',
-          `Probe ${result.probe.id} (${result.probe.from} → ${result.probe.to} ${String(result.probe.proto)}${result.probe.port === undefined ? '' : `/${result.probe.port}`}, tunnel ${result.probe.tunnel}): ${result.mismatches.join('; ')}`,
+          `Probe "${result.probe.id}" (${result.probe.from} → ${result.probe.to} ${String(result.probe.proto)}${result.probe.port === undefined ? '' : `/${result.probe.port}`}, tunnel ${result.probe.tunnel}) disagrees with the policy: ${result.mismatches.join('; ')}; fix the rules or the probe's expectation`,
         ),
       );
     }
