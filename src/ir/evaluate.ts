@@ -3,6 +3,7 @@ import {
   formatAddress,
   parseAddress,
   parsePrefix,
+  prefixEnd,
   type Family,
   type Prefix,
 } from '../core/index.js';
@@ -60,6 +61,13 @@ export interface Explanation {
 
 /** The parts of the host the evaluator needs: its addresses and main routing table. */
 export interface HostView {
+  /**
+   * Every destination the host takes as its own (`self`, the input hook): its addresses, and
+   * what the kernel delivers to it though no interface has it: the broadcast of each IPv4 prefix
+   * shorter than /31 and 255.255.255.255 (net/ipv4/fib_frontend.c fib_add_ifaddr; route.c
+   * ip_route_input_slow), and the subnet-router anycast of each IPv6 prefix shorter than /127,
+   * which a forwarding host joins (RFC 4291 §2.6.1; net/ipv6/addrconf.c addrconf_join_anycast).
+   */
   readonly addresses: AddressSet;
   readonly interfaceAddresses: ReadonlyMap<string, readonly Prefix[]>;
   readonly routes: readonly { prefix: Prefix; interface: string }[];
@@ -77,6 +85,8 @@ export function createHostView(facts: HostFacts): HostView {
         prefixes.push(host);
         own.push(host);
       }
+      const network = slash === -1 ? undefined : parsePrefix(address);
+      if (network !== undefined) prefixes.push(...receivedAsOwn(network));
     }
     interfaceAddresses.set(iface.name, own);
   }
@@ -89,7 +99,20 @@ export function createHostView(facts: HostFacts): HostView {
       if (prefix !== undefined) routes.push({ prefix, interface: route.interface });
     }
   }
+  prefixes.push(LIMITED_BROADCAST);
   return { addresses: AddressSet.fromPrefixes(prefixes), interfaceAddresses, routes };
+}
+
+const LIMITED_BROADCAST: Prefix = { family: 4, start: 0xffffffff, length: 32, hadHostBits: false };
+
+/** The addresses of a connected prefix the host receives as its own: broadcast, or anycast. */
+function receivedAsOwn(network: Prefix): Prefix[] {
+  if (network.family === 4) {
+    return network.length < 31
+      ? [{ family: 4, start: prefixEnd(network), length: 32, hadHostBits: false }]
+      : [];
+  }
+  return network.length < 127 ? [{ ...network, length: 128, hadHostBits: false }] : [];
 }
 
 function defaultFamily(gateway: string | undefined): string {

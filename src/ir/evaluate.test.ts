@@ -1,0 +1,65 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseHostFacts } from '../facts/index.js';
+import { parsePolicy } from '../policy/index.js';
+import { createHostView, evaluatePacket, parsePacket } from './evaluate.js';
+import { lowerPolicy } from './lower-policy.js';
+
+const dir = fileURLToPath(
+  new URL('../../testdata/policies/valid/macos-runner-fleet/', import.meta.url),
+);
+const facts = parseHostFacts(JSON.parse(readFileSync(`${dir}facts.json`, 'utf8')), 'facts.json');
+const { policy, issues } = parsePolicy(readFileSync(`${dir}policy.yaml`, 'utf8'), 'policy.yaml');
+if (policy === undefined) throw new Error(JSON.stringify(issues));
+const ir = lowerPolicy(policy, facts);
+const host = createHostView(facts);
+
+function explain(to: string, port = 9) {
+  const packet = parsePacket({
+    from: '192.168.64.5',
+    to,
+    ingress: 'bridge100',
+    protocol: 'udp',
+    port,
+  });
+  return evaluatePacket(ir, host, packet, { tunnel: 'up' });
+}
+
+describe('evaluatePacket: what the host takes as its own', () => {
+  // Found by the kernel differential (test/netns/nft-differential.test.ts): the kernel delivers a
+  // directed broadcast to the host, so nft's input chain and its `self` rules judge it.
+  it('treats the broadcast of a connected IPv4 prefix as the host itself', () => {
+    expect(explain('192.168.67.255')).toMatchObject({
+      verdict: 'deny',
+      decidedBy: { id: 'deny-host' },
+      hook: 'input',
+    });
+    expect(explain('192.168.67.255', 53)).toMatchObject({
+      verdict: 'allow',
+      decidedBy: { id: 'allow-host-dns' },
+      via: 'local',
+    });
+    expect(explain('255.255.255.255')).toMatchObject({ decidedBy: { id: 'deny-host' } });
+  });
+
+  it('forwards the first address of a prefix, which Linux no longer takes as a broadcast', () => {
+    expect(explain('192.168.64.0')).toMatchObject({
+      verdict: 'allow',
+      decidedBy: { id: 'vm/default' },
+      hook: 'forward',
+    });
+  });
+
+  it('takes the subnet-router anycast of a connected IPv6 prefix as the host itself', () => {
+    const v6 = createHostView({
+      ...facts,
+      interfaces: [
+        ...facts.interfaces,
+        { name: 'br-lab', up: true, addresses: ['2001:db8:50::1/64'] },
+      ],
+    });
+    expect(v6.addresses.contains(6, 0x20010db8005000000000000000000000n)).toBe(true);
+    expect(v6.addresses.contains(6, 0x20010db8005000000000000000000002n)).toBe(false);
+  });
+});
