@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { planLab, routeLine } from './plan-lab.js';
+import { interfaceLines, planLab, pointToPointMac, routeLine } from './plan-lab.js';
 import type { Topology } from './topology.js';
 
 describe('planLab', () => {
@@ -48,6 +48,26 @@ describe('planLab', () => {
     ]);
     expect(plan.routes.get('peer')).toEqual(['route add default via 10.200.0.1']);
     expect(plan.routes.get('host')).toEqual([]);
+  });
+
+  it('gives both ends of a point-to-point link one MAC and ARP off, the same each time', () => {
+    const link = {
+      a: { node: 'host', iface: 'tun0', addresses: ['10.200.0.1/32'] },
+      b: { node: 'peer', iface: 'tun0' },
+      pointToPoint: true,
+    };
+    const mac = pointToPointMac(link);
+    expect(mac).toMatch(/^02(:[0-9a-f]{2}){5}$/);
+    expect(pointToPointMac({ ...link })).toBe(mac);
+    expect(interfaceLines(link.a, link)).toEqual([
+      `link set dev tun0 address ${mac} arp off`,
+      'address add 10.200.0.1/32 dev tun0',
+      'link set dev tun0 up',
+    ]);
+    expect(interfaceLines(link.b, link)).toEqual([
+      `link set dev tun0 address ${mac} arp off`,
+      'link set dev tun0 up',
+    ]);
   });
 
   it('writes every route option, and replace for restores', () => {

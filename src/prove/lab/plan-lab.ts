@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { parsePrefix } from '../../core/index.js';
 import type { LabLink, LabRoute, LinkEnd, Topology } from './topology.js';
 
@@ -98,12 +99,28 @@ export const FIRST_IFINDEX = 10;
 export function interfaceLines(end: LinkEnd, link: LabLink): string[] {
   return [
     ...(link.mtu === undefined ? [] : [`link set dev ${end.iface} mtu ${link.mtu}`]),
+    ...(link.pointToPoint === true
+      ? [`link set dev ${end.iface} address ${pointToPointMac(link)} arp off`]
+      : []),
     ...(end.addresses ?? []).map(
       (address) =>
         `address add ${address} dev ${end.iface}${parsePrefix(address)?.family === 6 ? ' nodad' : ''}`,
     ),
     `link set dev ${end.iface} up`,
   ];
+}
+
+/**
+ * The MAC both ends of a point-to-point link share: locally administered unicast, derived from the
+ * link's declared ends, so a recreated link gets it again.
+ */
+export function pointToPointMac(link: LabLink): string {
+  const digest = createHash('sha256')
+    .update(`${link.a.node}/${link.a.iface} ${link.b.node}/${link.b.iface}`)
+    .digest();
+  return ['02', ...[...digest.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(
+    ':',
+  );
 }
 
 /** The `ip -batch` line that adds (or replaces) one route. */

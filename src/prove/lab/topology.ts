@@ -30,6 +30,14 @@ export interface LabLink {
   readonly a: LinkEnd;
   readonly b: LinkEnd;
   readonly mtu?: number;
+  /**
+   * Behave like an L3 point-to-point link (a tunnel): both ends get the same MAC address and ARP
+   * off, so a route `dev X` without a gateway delivers any destination to the peer, with no
+   * neighbour discovery, for IPv4 and IPv6 alike. A NOARP device's neighbours take the device's
+   * own address (net/ipv4/arp.c arp_constructor, net/ipv6/ndisc.c ndisc_constructor), and the
+   * peer accepts a frame to its own address as PACKET_HOST.
+   */
+  readonly pointToPoint?: boolean;
 }
 
 /** A route of a node, in its main table unless `table` is given. */
