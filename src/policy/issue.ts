@@ -30,6 +30,7 @@ export const ISSUE_CODES = {
   // warnings
   'shadowed-rule': 'warning',
   'unreachable-family': 'warning',
+  'tunnel-without-kill-switch': 'warning',
   'empty-network': 'warning',
   'host-bits': 'warning',
 } as const;

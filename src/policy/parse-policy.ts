@@ -336,6 +336,12 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       except: ctx.networks.resolveEntries(def.killSwitch.except, [...ksPath, 'except']),
       exceptNames: def.killSwitch.except,
     };
+  } else if (via.kind === 'tunnel') {
+    collector.at(
+      [...path, 'via'],
+      'tunnel-without-kill-switch',
+      `Class "${name}" leaves by tunnel "${via.name}" without a kill switch: while the tunnel is down its traffic falls back to the main table and leaves by the uplink; add "killSwitch: {}" unless that is intended`,
+    );
   }
 
   const resolved = part.rules.map(({ index, value }) => ({
