@@ -34,3 +34,12 @@ export {
 } from './lab/start-observer.js';
 export { parsePacket, isIcmpError, type ObservedPacket } from './lab/parse-packet.js';
 export { countPackets } from './lab/count-packets.js';
+export { buildFactsTopology, type FactsLab } from './build-facts-topology.js';
+export {
+  createKernelHarness,
+  unsendableReason,
+  type KernelHarness,
+  type KernelHarnessOptions,
+  type KernelMeasurement,
+  type KernelObserved,
+} from './kernel-harness.js';
