@@ -22,7 +22,6 @@ export function generateBoundaryPackets(
     count: number;
     seed: number;
     hostAddresses?: AddressSet;
-    extraInterfaces?: readonly string[];
   },
 ): TestPacket[] {
   const random = mulberry32(options.seed);

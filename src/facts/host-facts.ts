@@ -30,8 +30,6 @@ const factsSchema = z.strictObject({
 
 /** What egressguard knows about a host: an explicit, serialisable input to lowering. */
 export type HostFacts = z.output<typeof factsSchema>;
-export type InterfaceFacts = HostFacts['interfaces'][number];
-export type RouteFacts = HostFacts['routes'][number];
 
 /** Validates facts read from JSON; throws a `facts` error naming the file and the field. */
 export function parseHostFacts(json: unknown, source: string): HostFacts {

@@ -3,7 +3,5 @@ export {
   readHostFacts,
   resolveUplink,
   type HostFacts,
-  type InterfaceFacts,
-  type RouteFacts,
 } from './host-facts.js';
 export { gatherFacts } from './gather-facts.js';

@@ -111,11 +111,17 @@ function compileRuleset(
         assertNever(cls.selector);
     }
     if (cls.nat) {
+      // Forwarded classes are matched by ingress too: a packet of no class that merely carries a
+      // class-range source (from the LAN, say) is not ours to rewrite.
+      const ingress =
+        cls.selector.kind === 'ingress'
+          ? `iifname ${nftSet(cls.selector.interfaces.map(ifnamePattern))} `
+          : '';
       for (const f of families) {
         const set = src[f];
         if (set === undefined) continue;
         nat.push(
-          `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${set} oifname ${nftString(cls.via.interface)} masquerade comment ${nftString(`class ${cls.name} nat`)}`,
+          `${ingress}meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${set} oifname ${nftString(cls.via.interface)} masquerade comment ${nftString(`class ${cls.name} nat`)}`,
         );
       }
     }
@@ -349,7 +355,8 @@ function ruleMatch(
       break;
     case 'self':
       if (ctx.hook === 'forward') return undefined; // forwarded packets are never for the host
-      if (ctx.hook === 'output') parts.push('fib daddr type local');
+      // The kernel delivers its subnets' broadcasts locally too (the evaluator agrees).
+      if (ctx.hook === 'output') parts.push('fib daddr type { local, broadcast, anycast }');
       break;
     case 'addresses': {
       // An emptied destination matches nothing; it must never become match-all.

@@ -29,17 +29,6 @@ export function selectTable(json: string, table: string, family = 'inet'): NftTa
   return { table: own, objects };
 }
 
-/** Every table in the listing except ours, for doctor and ownership checks. */
-export function listTables(json: string): { family: string; name: string }[] {
-  const parsed = JSON.parse(json) as { nftables?: NftObject[] };
-  return (parsed.nftables ?? []).flatMap((item) => {
-    const table = item['table'];
-    return table === undefined
-      ? []
-      : [{ family: String(table['family']), name: String(table['name']) }];
-  });
-}
-
 /**
  * A fingerprint of the table's structure: chains, set metadata, counter names and rules, with
  * handles and counter values removed, so it changes when someone edits the table and not when

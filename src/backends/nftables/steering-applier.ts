@@ -103,16 +103,6 @@ export function diffSteering(desired: SteeringSpec, live: LiveSteering): Steerin
   };
 }
 
-export function isEmptyDiff(diff: SteeringDiff): boolean {
-  return (
-    diff.addRules.length +
-      diff.deleteRules.length +
-      diff.addRoutes.length +
-      diff.deleteRoutes.length ===
-    0
-  );
-}
-
 /** One line per change, for `plan`. */
 export function describeDiff(diff: SteeringDiff): string[] {
   return [
@@ -148,7 +138,11 @@ export async function applySteeringDiff(
     if (result.exitCode === 0) continue;
     if (
       route.device !== undefined &&
-      /Cannot find device|Nexthop device is not up|Network is down/.test(result.stderr)
+      // IPv4 says "Device for nexthop is not up" for a route without a gateway (`default dev
+      // tun0`), IPv6 "Nexthop device is not up" (fib_check_nh_nongw, ip6_validate_gw).
+      /Cannot find device|Device for nexthop is not up|Nexthop device is not up|Network is down/.test(
+        result.stderr,
+      )
     ) {
       deferred.push(route);
       continue;
