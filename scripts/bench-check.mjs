@@ -513,6 +513,14 @@ function fmtPhase(p) {
   return `${fmtMs(p.wall)} (${fmtMs(p.cpu)})`;
 }
 
+/** The Python that runs aclgen: its shebang's, not whichever python3 is first on PATH. */
+function aclgenPython() {
+  if (aclgen === '') return 'none';
+  const shebang = /^#!\s*(\S+)/.exec(readFileSync(aclgen, 'utf8').split('\n', 1)[0] ?? '');
+  const python = shebang?.[1] ?? 'python3';
+  return (spawnSync(python, ['--version'], { encoding: 'utf8' }).stdout ?? '').trim();
+}
+
 function gitDescribe() {
   const r = spawnSync('git', ['describe', '--always', '--dirty'], { cwd: repo, encoding: 'utf8' });
   return r.status === 0 ? r.stdout.trim() : 'unknown';
@@ -527,7 +535,7 @@ const machine = {
     spawnSync('dpkg-query', ['-W', '-f', '${Version}', 'python3-capirca'], {
       encoding: 'utf8',
     }).stdout?.trim() || 'unknown',
-  python: (spawnSync('python3', ['--version'], { encoding: 'utf8' }).stdout ?? '').trim(),
+  python: aclgenPython(),
   egressguard: gitDescribe(),
   loadAverage: {
     start: loadAtStart.map((x) => +x.toFixed(2)),
