@@ -11,6 +11,26 @@ export async function loadRuleset(runner: Runner, ruleset: string): Promise<void
   await runner.run(['nft', '-f', '-'], { effect: 'change', input: ruleset });
 }
 
+/** The test fault that makes apply load a ruleset the kernel rejects (EGRESSGUARD_FAULTS). */
+export const BROKEN_RULESET_FAULT = 'compile.broken-ruleset';
+
+/**
+ * Test fault only: appends a jump loop to `ruleset`. nft parses and evaluates it; the kernel
+ * refuses it at commit ("Too many links"), after the batch already deleted the old table, so it
+ * proves the whole transaction is rolled back, not just that nft's parser is strict.
+ */
+export function breakRuleset(ruleset: string, table: string): string {
+  const chain = (name: string): string => `inet ${table} eg_fault_${name}`;
+  return `${ruleset}
+# fault ${BROKEN_RULESET_FAULT}: a jump loop the kernel rejects
+add chain ${chain('a')}
+add chain ${chain('b')}
+add rule ${chain('a')} jump eg_fault_b
+add rule ${chain('b')} jump eg_fault_a
+add rule inet ${table} forward jump eg_fault_a
+`;
+}
+
 /** Validates a ruleset without loading it (`plan`); returns nft's complaint, or null. */
 export async function checkRuleset(runner: Runner, ruleset: string): Promise<string | null> {
   const result = await runner.run(['nft', '-c', '-f', '-'], {

@@ -9,7 +9,14 @@ import type {
   LiveState,
 } from '../backend.js';
 import { DEFAULT_TABLE, RULESET_ARTIFACT, createNftCompiler } from './nft-compiler.js';
-import { checkRuleset, deleteTable, loadRuleset, seedCounters } from './nft-applier.js';
+import {
+  BROKEN_RULESET_FAULT,
+  breakRuleset,
+  checkRuleset,
+  deleteTable,
+  loadRuleset,
+  seedCounters,
+} from './nft-applier.js';
 import { readLiveTable } from './nft-inspector.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
@@ -101,7 +108,10 @@ function createNftApplier(context: BackendContext): Applier {
         const seeded = seedCounters(ruleset, live.counters);
         await runner.faults.hit('before-nft-commit');
         // The table first: its kill switch covers every intermediate routing state.
-        await loadRuleset(runner, seeded);
+        await loadRuleset(
+          runner,
+          runner.faults.isOn(BROKEN_RULESET_FAULT) ? breakRuleset(seeded, table) : seeded,
+        );
         await runner.faults.hit('after-nft-commit');
       }
       try {
