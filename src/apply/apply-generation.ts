@@ -48,6 +48,8 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       current?.hash === input.hash &&
       current.fingerprint === before.fingerprint;
     if (unchanged) {
+      // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
+      removeFile(input.state.file(FILES.attempt));
       return { generation: current, previous: undefined, deferred: [], changed: false };
     }
     writeJson(input.state, FILES.attempt, {
@@ -57,8 +59,17 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       outcome: 'in-progress',
     });
     let deferred: readonly string[];
+    let after;
     try {
       ({ deferred } = await applier.apply(input.artifacts, { previous: current?.artifacts }));
+      after = await inspector.read(input.artifacts);
+      if (!after.present || after.hash !== input.hash) {
+        throw new EgressguardError(
+          'apply-failed',
+          `Cannot confirm the apply: read-back shows ${after.present ? `hash ${after.hash ?? 'none'}` : 'no table'}, expected ${input.hash}`,
+          { hint: 'run `egressguard status`; something else may be replacing the table' },
+        );
+      }
     } catch (error) {
       if (error instanceof EgressguardError && error.code === 'partially-applied') {
         writeJson(input.state, FILES.attempt, {
@@ -68,16 +79,13 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
           outcome: 'partially-applied',
           error: error.message,
         });
+      } else {
+        // The marker is for a crash. This apply failed and lived to say so (a rejected
+        // transaction, routing in the way): `status` compares live state with the applied
+        // generation, and says Drifted if the failure left anything changed.
+        removeFile(input.state.file(FILES.attempt));
       }
       throw error;
-    }
-    const after = await inspector.read(input.artifacts);
-    if (!after.present || after.hash !== input.hash) {
-      throw new EgressguardError(
-        'apply-failed',
-        `Cannot confirm the apply: read-back shows ${after.present ? `hash ${after.hash ?? 'none'}` : 'no table'}, expected ${input.hash}`,
-        { hint: 'run `egressguard status`; something else may be replacing the table' },
-      );
     }
     await input.runner.faults.hit('before-state-write');
     const generation: Generation = {
