@@ -43,14 +43,15 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     const unchanged =
       before.present &&
       before.hash === input.hash &&
-      before.missing.length === 0 &&
+      // A route via a tunnel that is down cannot go in: re-applying would only defer it again.
+      before.missing.every((m) => m.endsWith('(tunnel down)')) &&
       before.unexpected.length === 0 &&
       current?.hash === input.hash &&
       current.fingerprint === before.fingerprint;
     if (unchanged) {
       // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
       removeFile(input.state.file(FILES.attempt));
-      return { generation: current, previous: undefined, deferred: [], changed: false };
+      return { generation: current, previous: undefined, deferred: before.missing, changed: false };
     }
     writeJson(input.state, FILES.attempt, {
       hash: input.hash,
