@@ -2,7 +2,7 @@ import type { Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
-import { FILES, readGeneration, type Generation } from './generation.js';
+import { FILES, readGeneration, writeJson, type Generation } from './generation.js';
 
 export type RestoreOutcome =
   | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
@@ -45,6 +45,13 @@ export async function restoreGeneration(input: {
         tableName: generation.table,
       });
       const { deferred } = await applier.apply(generation.artifacts, { previous: undefined });
+      if (input.from !== undefined) {
+        // A rollback: the generation restored is the applied one now, or `status` would call the
+        // host Drifted and `run` or the next boot would bring back the generation just reverted.
+        const replaced = readCurrent(input.state);
+        writeJson(input.state, FILES.applied, generation);
+        if (replaced !== undefined) writeJson(input.state, FILES.previous, replaced);
+      }
       return { kind: 'restored', generation: generation.number, deferred };
     }
     const lockdown = input.state.read(FILES.lockdown);
@@ -61,5 +68,13 @@ export async function restoreGeneration(input: {
     return { kind: 'lockdown', reason: problem };
   } finally {
     lock.release();
+  }
+}
+
+function readCurrent(state: StateDir): Generation | undefined {
+  try {
+    return readGeneration(state, FILES.applied);
+  } catch {
+    return undefined;
   }
 }
