@@ -61,14 +61,21 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         const stop = (): void => {
           controller.abort();
         };
-        process.once('SIGINT', stop);
-        process.once('SIGTERM', stop);
-        await runResident({
-          ...target,
-          log: emit,
-          signal: controller.signal,
-          tickMs: Number(opts.tick),
-        });
+        // `on`, not `once`: execa's signal-exit re-raises a signal when no other listener is left
+        // at the time it runs, and a `once` listener that already ran counts as none.
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
+        try {
+          await runResident({
+            ...target,
+            log: emit,
+            signal: controller.signal,
+            tickMs: Number(opts.tick),
+          });
+        } finally {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+        }
         ctx.setExit(EXIT.ok);
       },
     );
