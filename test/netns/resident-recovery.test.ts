@@ -1,0 +1,183 @@
+import { randomInt } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createNonce,
+  startObserver,
+  type Lab,
+  type Observer,
+  type PacketSpec,
+} from '../../src/prove/index.js';
+import {
+  DST4,
+  DST6,
+  HOST,
+  POLICY_A,
+  TUNNEL,
+  TUNNEL_FAR,
+  UPLINK_FAR,
+  createGatewayLab,
+  createTempDir,
+  hashOf,
+  liveStamp,
+  pollUntil,
+  routingListing,
+  sleep,
+  startArrivalClock,
+  startResident,
+  startTraffic,
+  status,
+  statusInProcess,
+  type Resident,
+} from './support/vpn-gateway-lab.js';
+
+// Recovery (DESIGN.md §4, §5): with `egressguard run` resident, vpn traffic flows through the
+// tunnel again within 2 s after the tunnel goes down and comes back, and after it is deleted and
+// recreated (a new ifindex), and not one nonce'd packet crosses the uplink meanwhile; a deleted
+// table is repaired within 2 s. Times run from the moment the test starts restoring the link (the
+// lab's own commands included) to tcpdump's stamp on the first packet at the tunnel's far side.
+
+const LIMIT_MS = 2000;
+
+describe('run: re-converges after tunnel faults and a deleted table', () => {
+  let lab: Lab;
+  const state = createTempDir('egtest-resident');
+  let resident: Resident;
+  let hashA = '';
+  const nonce = createNonce();
+  const dport = randomInt(20_000, 30_000);
+  let uplink: Observer;
+  let traffic: ReturnType<typeof startTraffic>[] = [];
+  let clock: ReturnType<typeof startArrivalClock>;
+  let tunnelSeen = 0;
+  const measured: Record<string, number> = {};
+
+  /** A tunnel observer counts until the tunnel's far end is deleted with it. */
+  const observeTunnel = async (): Promise<Observer> => {
+    const observer = await startObserver(lab, {
+      ...TUNNEL_FAR,
+      nonce,
+      control: { from: 'vpnwl', dst: '203.0.113.99' }, // the vpn class's own path
+    });
+    await observer.armed();
+    return observer;
+  };
+
+  /** Milliseconds from `since` to the first packet of each family at the tunnel's far side. */
+  const recovery = async (label: string, since: number): Promise<void> => {
+    for (const family of [4, 6] as const) {
+      const first = await clock.firstAfter(since, family, 5000);
+      expect(first, `${label}: no IPv${family} packet through the tunnel within 5 s`).toBeDefined();
+      measured[`${label} IPv${family}`] = Math.round((first ?? Infinity) - since);
+    }
+  };
+
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+    hashA = await hashOf(lab, state.path, POLICY_A);
+    resident = startResident(lab, state.path, { policy: POLICY_A, tickMs: 500 });
+    expect(await resident.waitFor('watching', 0, 15_000)).toBeDefined();
+    expect(await status(lab, state.path)).toMatchObject({ condition: 'InSync', liveHash: hashA });
+
+    uplink = await startObserver(lab, {
+      ...UPLINK_FAR,
+      nonce,
+      control: { from: 'inetwl', dst: '203.0.113.99' }, // along the forward path
+    });
+    await uplink.armed();
+    clock = startArrivalClock(lab, { ...TUNNEL_FAR, dport });
+    const vpn = (dst: string): PacketSpec[] => [
+      { kind: 'udp', dst, dport, count: 100, intervalMs: 20 },
+    ];
+    // About 100 packets/s per family in two staggered lanes, bounded to 40 s whatever happens.
+    traffic = [DST4, DST6].map((dst) =>
+      startTraffic(lab, { node: 'vpnwl', nonce, packets: vpn(dst), maxMs: 40_000, lanes: 2 }),
+    );
+  });
+
+  afterAll(async () => {
+    await Promise.all(traffic.map((t) => t.stop()));
+    await lab.destroy();
+    state.dispose();
+    console.info(`resident recovery (ms): ${JSON.stringify(measured)}`);
+  });
+
+  it('flows through the tunnel before any fault', async () => {
+    const observer = await observeTunnel();
+    expect(await clock.firstAfter(0, 4, 5000)).toBeDefined();
+    expect(await clock.firstAfter(0, 6, 5000)).toBeDefined();
+    tunnelSeen += (await observer.stop()).packets.length;
+  });
+
+  it('re-adds the tunnel routes within 2 s after the tunnel goes down and comes back', async () => {
+    const observer = await observeTunnel();
+    await lab.setLinkDown(TUNNEL);
+    // The kernel drops the routes through a link that goes down; only the blackhole is left.
+    await sleep(600);
+    expect(await routingListing(lab, 7350)).not.toContain('default dev tun0');
+    const upAt = Date.now();
+    await lab.setLinkUp(TUNNEL);
+    await recovery('down/up', upAt);
+    expect(await resident.waitFor('readded-routes', upAt, 1000)).toBeDefined();
+    tunnelSeen += (await observer.stop()).packets.length;
+    expect(measured['down/up IPv4']).toBeLessThanOrEqual(LIMIT_MS);
+    expect(measured['down/up IPv6']).toBeLessThanOrEqual(LIMIT_MS);
+  });
+
+  it('re-adds them within 2 s after the tunnel is deleted and recreated', async () => {
+    const before = await lab.linkState(TUNNEL);
+    await lab.deleteLink(TUNNEL);
+    await sleep(600);
+    expect(await routingListing(lab, 7350)).not.toContain('default dev tun0');
+    const recreatedAt = Date.now();
+    await lab.recreateLink(TUNNEL, { routes: 'none' });
+    await recovery('delete/recreate', recreatedAt);
+    expect((await lab.linkState(TUNNEL)).ifindex).not.toBe(before.ifindex);
+    const observer = await observeTunnel();
+    tunnelSeen += (await observer.stop()).packets.length;
+    expect(measured['delete/recreate IPv4']).toBeLessThanOrEqual(LIMIT_MS);
+    expect(measured['delete/recreate IPv6']).toBeLessThanOrEqual(LIMIT_MS);
+  });
+
+  it('repairs a deleted table within 2 s', async () => {
+    const deletedAt = Date.now();
+    await lab
+      .runner(HOST)
+      .run(['nft', 'delete', 'table', 'inet', 'egressguard'], { effect: 'change' });
+    // Polled in this process: the CLI's status function, without a node start-up per poll.
+    const back = await pollUntil(
+      async () => ((await liveStamp(lab)) === hashA ? Date.now() : undefined),
+      { timeoutMs: 5000, everyMs: 20 },
+    );
+    const inSync = await pollUntil(
+      async () =>
+        (await statusInProcess(lab, state.path)).condition === 'InSync' ? Date.now() : undefined,
+      { timeoutMs: 5000, everyMs: 20 },
+    );
+    measured['table back'] = Math.round((back ?? Infinity) - deletedAt);
+    measured['status InSync'] = Math.round((inSync ?? Infinity) - deletedAt);
+    expect(await resident.waitFor('repaired-table', deletedAt, 1000)).toBeDefined();
+    expect(measured['table back']).toBeLessThanOrEqual(LIMIT_MS);
+    expect(measured['status InSync']).toBeLessThanOrEqual(LIMIT_MS);
+    // And the CLI agrees, with its exit code.
+    expect(await status(lab, state.path)).toMatchObject({ condition: 'InSync', exitCode: 0 });
+  });
+
+  it('let not one vpn packet out by the uplink, and left rules in place when stopped', async () => {
+    const totals = await Promise.all(traffic.map((t) => t.stop()));
+    const sent = totals.reduce((sum, t) => sum + t.sent, 0);
+    const seen = await uplink.stop();
+    measured['vpn sent'] = sent;
+    measured['through the tunnel'] = tunnelSeen;
+    measured['on the uplink'] = seen.packets.length;
+    expect(seen.packets).toEqual([]);
+    expect(tunnelSeen).toBeGreaterThan(0);
+
+    const stopped = await resident.stop();
+    expect(stopped).toMatchObject({ code: 0, signal: null });
+    expect(await status(lab, state.path)).toMatchObject({
+      condition: 'InSync',
+      liveHash: hashA,
+    });
+    expect(await routingListing(lab, 7350)).toContain('default dev tun0 proto 104');
+  });
+});

@@ -1,0 +1,314 @@
+import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  createNonce,
+  sendPackets,
+  startObserver,
+  type Lab,
+  type LinkRef,
+  type Observation,
+  type PacketSpec,
+  type PositiveControl,
+} from '../../src/prove/index.js';
+import {
+  DST4,
+  DST6,
+  HOST,
+  POLICY_A,
+  TUNNEL,
+  TUNNEL_FAR,
+  UPLINK_FAR,
+  apply,
+  cli,
+  createGatewayLab,
+  createTempDir,
+  liveStamp,
+  ownTableJson,
+  pollUntil,
+  routingListing,
+  sleep,
+  status,
+  target,
+  writePolicyB,
+} from './support/vpn-gateway-lab.js';
+
+// Boot (DESIGN.md §4): `restore` loads the last applied generation; with the tunnel absent it
+// installs the rule and the blackhole and the tunnel's route waits; with the state missing or
+// corrupt it loads the class lockdown. And confirm-or-revert (§5): an apply that nobody confirms
+// is reverted by a timer outside the CLI. Real kernel, packets counted outside the enforcer.
+
+const LAN_FAR: LinkRef = { node: 'lan', iface: 'eth0' };
+const LAN_HOST = '192.168.1.10';
+
+/** What a reboot leaves of egressguard: nothing in the kernel, only the state directory. */
+async function simulateReboot(lab: Lab): Promise<void> {
+  const runner = lab.runner(HOST);
+  const change = { effect: 'change', allowFailure: true } as const;
+  await runner.run(['nft', 'delete', 'table', 'inet', 'egressguard'], change);
+  for (const family of ['-4', '-6']) {
+    await runner.run(['ip', family, 'rule', 'del', 'priority', '7350'], change);
+    await runner.run(['ip', family, 'route', 'flush', 'table', '7350'], change);
+  }
+  expect(await ownTableJson(lab)).toBe('[]');
+  expect(await routingListing(lab, 7350)).not.toContain('proto 104');
+}
+
+/** Sends one batch from each node and returns what each armed observer saw of it. */
+async function measure(
+  lab: Lab,
+  batches: Readonly<Record<string, readonly PacketSpec[]>>,
+  observe: readonly (LinkRef & { control?: PositiveControl })[],
+): Promise<Observation[]> {
+  const nonce = createNonce();
+  const observers = await Promise.all(
+    observe.map((o) =>
+      startObserver(lab, {
+        node: o.node,
+        iface: o.iface,
+        nonce,
+        ...(o.control && { control: o.control }),
+      }),
+    ),
+  );
+  await Promise.all(observers.map((o) => o.armed()));
+  for (const [node, packets] of Object.entries(batches)) {
+    const sent = await sendPackets(lab.runner(node), { nonce, packets });
+    expect(sent.failed).toBe(0);
+  }
+  return Promise.all(observers.map((o) => o.stop()));
+}
+
+const udp = (dst: string, count: number): PacketSpec => ({
+  kind: 'udp',
+  dst,
+  dport: 5000,
+  count,
+  intervalMs: 2,
+});
+
+// The boot steps build on one another: each runs after the last, but the suite as a whole runs
+// beside the confirm-within tests below.
+describe.concurrent('restore at boot', () => {
+  let lab: Lab;
+  const state = createTempDir('egtest-restore');
+  let hashA = '';
+  let stateFile = '';
+
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+    hashA = (await apply(lab, state.path, POLICY_A)).hash;
+    stateFile = join(state.path, 'netns', lab.ns(HOST), 'applied.json');
+    expect(JSON.parse(readFileSync(stateFile, 'utf8'))).toMatchObject({ hash: hashA });
+  });
+
+  afterAll(async () => {
+    await lab.destroy();
+    state.dispose();
+  });
+
+  it(
+    'installs the rule and the blackhole with the tunnel absent; the vpn class stays off the uplink',
+    { concurrent: false },
+    async () => {
+      await simulateReboot(lab);
+      await lab.deleteLink(TUNNEL);
+
+      const restored = await cli(['restore', '--json', ...target(lab, state.path)]);
+      expect(restored.exitCode).toBe(0);
+      expect(JSON.parse(restored.stdout)).toEqual({
+        kind: 'restored',
+        generation: 1,
+        deferred: [
+          'route 0.0.0.0/0 dev tun0 table 7350 (device absent)',
+          'route ::/0 dev tun0 table 7350 (device absent)',
+        ],
+      });
+      expect(await liveStamp(lab)).toBe(hashA);
+      const routing = await routingListing(lab, 7350);
+      expect(routing).toContain('7350:\tfrom 10.10.0.0/24 lookup 7350 proto 104');
+      expect(routing).toContain('7350:\tfrom 2001:db8:10::/64 lookup 7350 proto 104');
+      expect(routing).toContain('blackhole default proto 104 metric 4000000000');
+      expect(routing).toContain('blackhole default dev lo proto 104 metric 4000000000');
+      expect(routing).not.toContain('dev tun0');
+
+      const now = await status(lab, state.path);
+      expect(now).toMatchObject({ condition: 'InSync', liveHash: hashA });
+      expect(now.live.tunnels).toEqual([{ name: 'tun0', state: 'absent' }]);
+      expect(now.reasons.join('\n')).toMatch(
+        /waiting for the tunnel: ip route 0\.0\.0\.0\/0 dev tun0 table 7350 metric 100 \(tunnel down\)/,
+      );
+
+      const [uplink, lan] = await measure(
+        lab,
+        { vpnwl: [udp(DST4, 50), udp(DST6, 50), udp(LAN_HOST, 20)] },
+        [
+          { ...UPLINK_FAR, control: { from: 'inetwl', dst: '203.0.113.99' } },
+          { ...LAN_FAR, control: { from: 'vpnwl', dst: LAN_HOST } },
+        ],
+      );
+      expect(uplink?.packets).toEqual([]);
+      // The LAN exception holds whatever the tunnel does (R-VPN-02).
+      expect(lan?.packets.filter((p) => p.src === '10.10.0.5')).toHaveLength(20);
+    },
+  );
+
+  it(
+    'lets the vpn class through the tunnel once it is back and restore runs again',
+    { concurrent: false },
+    async () => {
+      await lab.recreateLink(TUNNEL, { routes: 'none' });
+      const restored = await cli(['restore', '--json', ...target(lab, state.path)]);
+      expect(JSON.parse(restored.stdout)).toEqual({
+        kind: 'restored',
+        generation: 1,
+        deferred: [],
+      });
+      expect(await routingListing(lab, 7350)).toContain('default dev tun0 proto 104');
+
+      const [uplink, tunnel] = await measure(lab, { vpnwl: [udp(DST4, 50), udp(DST6, 50)] }, [
+        { ...UPLINK_FAR, control: { from: 'inetwl', dst: '203.0.113.99' } },
+        { ...TUNNEL_FAR, control: { from: 'vpnwl', dst: '203.0.113.99' } },
+      ]);
+      expect(uplink?.packets).toEqual([]);
+      expect(tunnel?.packets).toHaveLength(100);
+      expect(await status(lab, state.path)).toMatchObject({ condition: 'InSync', exitCode: 0 });
+    },
+  );
+
+  it(
+    'loads the class lockdown when the state is corrupt, and it drops every class packet',
+    { concurrent: false },
+    async () => {
+      writeFileSync(stateFile, '{"format": "egressguard/generation/v1", "artifacts": [trunc');
+      await simulateReboot(lab);
+
+      // With nothing loaded, class traffic leaves by the uplink: the measurement would see a leak.
+      const [open] = await measure(lab, { vpnwl: [udp(DST4, 10)], inetwl: [udp(DST4, 10)] }, [
+        { ...UPLINK_FAR, control: { from: 'inetwl', dst: '203.0.113.99' } },
+      ]);
+      expect(open?.packets).toHaveLength(20);
+
+      expect(await status(lab, state.path)).toMatchObject({
+        condition: 'StateCorrupt',
+        exitCode: 3,
+      });
+      const restored = await cli(['restore', '--json', ...target(lab, state.path)]);
+      expect(restored.exitCode).toBe(0);
+      expect(JSON.parse(restored.stdout)).toMatchObject({
+        kind: 'lockdown',
+        reason: expect.stringMatching(/^Cannot read state ".*applied\.json": /) as unknown,
+      });
+      const table = await ownTableJson(lab);
+      expect(table).toContain('lockdown vpn');
+      expect(table).toContain('lockdown internet');
+
+      // Controls from the host itself: class traffic can no longer arm anything.
+      const [uplink, lan] = await measure(
+        lab,
+        {
+          vpnwl: [udp(DST4, 20), udp(DST6, 20), udp(LAN_HOST, 20), { kind: 'icmp', dst: DST4 }],
+          inetwl: [udp(DST4, 20), udp(LAN_HOST, 20), { kind: 'tcp', dst: DST4, dport: 443 }],
+        },
+        [UPLINK_FAR, LAN_FAR],
+      );
+      expect(uplink?.packets).toEqual([]);
+      expect(lan?.packets).toEqual([]);
+    },
+  );
+
+  it('loads the class lockdown when the state is missing', { concurrent: false }, async () => {
+    unlinkSync(stateFile);
+    await simulateReboot(lab);
+    const restored = await cli(['restore', '--json', ...target(lab, state.path)]);
+    expect(restored.exitCode).toBe(0);
+    expect(JSON.parse(restored.stdout)).toMatchObject({
+      kind: 'lockdown',
+      reason: expect.stringMatching(/^no state at .*applied\.json$/) as unknown,
+    });
+    expect(await ownTableJson(lab)).toContain('lockdown vpn');
+  });
+});
+
+// Concurrent with the boot tests above: most of their time is the wait for the timer.
+describe.concurrent('apply --confirm-within', () => {
+  /** Applies A, then B with a 5 s confirmation window; the revert timer dies with the lab. */
+  const applyUnconfirmed = async (
+    lab: Lab,
+    stateDir: string,
+  ): Promise<{ a: string; b: string; appliedAt: number }> => {
+    const a = (await apply(lab, stateDir, POLICY_A)).hash;
+    const policyB = writePolicyB(stateDir);
+    const b = await apply(lab, stateDir, policyB, ['--confirm-within', '5s']);
+    const appliedAt = Date.now();
+    expect(b).toMatchObject({ changed: true, generation: 2 });
+    expect(b.hash).not.toBe(a);
+    const pending = JSON.parse(
+      readFileSync(join(stateDir, 'netns', lab.ns(HOST), 'pending-confirm.json'), 'utf8'),
+    ) as { timer: { kind: string; pid?: number } };
+    lab.defer(() => {
+      if (pending.timer.pid !== undefined) {
+        try {
+          process.kill(pending.timer.pid, 'SIGKILL');
+        } catch {
+          // Already gone.
+        }
+      }
+      return Promise.resolve();
+    });
+    return { a, b: b.hash, appliedAt };
+  };
+
+  it('reverts to the previous generation when nobody confirms', async () => {
+    const lab = await createGatewayLab();
+    const state = createTempDir('egtest-unconfirmed');
+    try {
+      const { a, b, appliedAt } = await applyUnconfirmed(lab, state.path);
+      await sleep(3000);
+      expect(await liveStamp(lab)).toBe(b); // not before its time
+      const revertedAt = await pollUntil(
+        async () => ((await liveStamp(lab)) === a ? Date.now() : undefined),
+        { timeoutMs: 8000, everyMs: 50 },
+      );
+      const after = (revertedAt ?? Infinity) - appliedAt;
+      console.info(`confirm-within 5s, unconfirmed: previous generation live after ${after} ms`);
+      expect(after).toBeGreaterThanOrEqual(5000);
+      expect(after).toBeLessThanOrEqual(8000);
+      // Once the revert has finished, the state says what is live.
+      const pending = join(state.path, 'netns', lab.ns(HOST), 'pending-confirm.json');
+      await pollUntil(() => Promise.resolve(existsSync(pending) ? undefined : true), {
+        timeoutMs: 3000,
+      });
+      expect(await status(lab, state.path)).toMatchObject({
+        condition: 'InSync',
+        exitCode: 0,
+        liveHash: a,
+        appliedHash: a,
+      });
+    } finally {
+      await lab.destroy();
+      state.dispose();
+    }
+  });
+
+  it('keeps the new generation when confirmed in time', async () => {
+    const lab = await createGatewayLab();
+    const state = createTempDir('egtest-confirmed');
+    try {
+      const { b, appliedAt } = await applyUnconfirmed(lab, state.path);
+      const confirmed = await cli(['confirm', ...target(lab, state.path)]);
+      expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 2' });
+      await sleep(Math.max(0, appliedAt + 7000 - Date.now()));
+      expect(await liveStamp(lab)).toBe(b);
+      expect(await status(lab, state.path)).toMatchObject({
+        condition: 'InSync',
+        liveHash: b,
+        appliedHash: b,
+        generation: 2,
+      });
+    } finally {
+      await lab.destroy();
+      state.dispose();
+    }
+  });
+});
