@@ -32,20 +32,16 @@ export async function gatherFacts(
       hint: 'write facts.json by hand (see testdata/policies/valid/macos-runner-fleet/facts.json)',
     });
   }
-  const links = JSON.parse(
-    (await runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' })).stdout,
-  ) as IpAddrJson[];
-  const routes: IpRouteJson[] = [];
-  for (const family of ['-4', '-6']) {
-    const out = await runner.run(['ip', '-j', family, 'route', 'show', 'table', 'main'], {
-      effect: 'read',
-    });
-    routes.push(...(JSON.parse(out.stdout || '[]') as IpRouteJson[]));
-  }
-  const nft = await runner
-    .run(['nft', '--version'], { effect: 'read', allowFailure: true })
-    .catch(() => undefined);
-  const ip = await runner.run(['ip', '-V'], { effect: 'read', allowFailure: true });
+  // Independent listings, each a process: run them at once.
+  const [addresses, routes4, routes6, nft, ip] = await Promise.all([
+    runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' }),
+    runner.run(['ip', '-j', '-4', 'route', 'show', 'table', 'main'], { effect: 'read' }),
+    runner.run(['ip', '-j', '-6', 'route', 'show', 'table', 'main'], { effect: 'read' }),
+    runner.run(['nft', '--version'], { effect: 'read', allowFailure: true }).catch(() => undefined),
+    runner.run(['ip', '-V'], { effect: 'read', allowFailure: true }),
+  ]);
+  const links = JSON.parse(addresses.stdout) as IpAddrJson[];
+  const routes = [routes4, routes6].flatMap((r) => JSON.parse(r.stdout || '[]') as IpRouteJson[]);
   const tools: Record<string, string> = {};
   const nftVersion = /v?(\d+\.\d+(\.\d+)?)/.exec(nft?.stdout ?? '')?.[1];
   if (nftVersion !== undefined) tools['nft'] = nftVersion;

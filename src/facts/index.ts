@@ -1,7 +1,2 @@
-export {
-  parseHostFacts,
-  readHostFacts,
-  resolveUplink,
-  type HostFacts,
-} from './host-facts.js';
+export { parseHostFacts, readHostFacts, resolveUplink, type HostFacts } from './host-facts.js';
 export { gatherFacts } from './gather-facts.js';

@@ -77,7 +77,14 @@ describe('explain errors', () => {
   });
 
   it('refuses an invalid policy and lists its errors', async () => {
-    const result = await runCli(['explain', '/nonexistent/policy.yaml', '--from', '10.0.0.1', '--to', '10.0.0.2']);
+    const result = await runCli([
+      'explain',
+      '/nonexistent/policy.yaml',
+      '--from',
+      '10.0.0.1',
+      '--to',
+      '10.0.0.2',
+    ]);
     expect(result.exitCode).toBe(2);
     expect(result.stderr).toContain('Cannot read policy "/nonexistent/policy.yaml": ENOENT');
   });

@@ -48,9 +48,28 @@ export async function readLiveSteering(
   const proto = String(spec.protocol);
   const priorities = new Set(spec.tunnels.map((t) => t.priority));
   const tables = new Set(spec.tunnels.map((t) => t.table));
-  for (const family of [4, 6] as const) {
-    const rules = await ipJson<IpRule>(runner, [FAMILY_FLAG[family], 'rule', 'show']);
-    for (const rule of rules) {
+  // Every listing at once: each is a process, and they are independent.
+  const families = [4, 6] as const;
+  const [rules, routes] = await Promise.all([
+    Promise.all(families.map((f) => ipJson<IpRule>(runner, [FAMILY_FLAG[f], 'rule', 'show']))),
+    Promise.all(
+      families.flatMap((f) =>
+        [...tables].map(async (table) => ({
+          family: f,
+          table,
+          routes: await ipJson<IpRoute>(runner, [
+            FAMILY_FLAG[f],
+            'route',
+            'show',
+            'table',
+            String(table),
+          ]),
+        })),
+      ),
+    ),
+  ]);
+  families.forEach((family, i) => {
+    for (const rule of rules[i] ?? []) {
       if (rule.protocol === proto) {
         ownedRules.push({
           family,
@@ -64,22 +83,15 @@ export async function readLiveSteering(
         );
       }
     }
-    for (const table of tables) {
-      const routes = await ipJson<IpRoute>(runner, [
-        FAMILY_FLAG[family],
-        'route',
-        'show',
-        'table',
-        String(table),
-      ]);
-      for (const route of routes) {
-        if (route.protocol === proto) {
-          ownedRoutes.push(toSteeringRoute(family, table, route));
-        } else {
-          collisions.push(
-            `IPv${family} route ${route.type ?? 'unicast'} ${route.dst} in table ${table} is not ours: choose another table id`,
-          );
-        }
+  });
+  for (const { family, table, routes: listed } of routes) {
+    for (const route of listed) {
+      if (route.protocol === proto) {
+        ownedRoutes.push(toSteeringRoute(family, table, route));
+      } else {
+        collisions.push(
+          `IPv${family} route ${route.type ?? 'unicast'} ${route.dst} in table ${table} is not ours: choose another table id`,
+        );
       }
     }
   }
