@@ -1,7 +1,7 @@
 import { Command, CommanderError } from 'commander';
 import { isEgressguardError } from '../core/index.js';
 import type { CommandContext } from './command-context.js';
-import { COMMANDS } from './commands/index.js';
+import { registerCommands } from './commands/index.js';
 import { EXIT } from './exit-codes.js';
 import { createOutput, paint, type Output } from './output.js';
 import { VERSION } from './version.js';
@@ -13,8 +13,12 @@ Exit codes:
   2  bad usage or a runtime error
   3  status: drift between applied and live state`;
 
-/** Builds the program; each action stores its exit code. */
-export function createProgram(output: Output, setExit: (code: number) => void): Command {
+/** Builds the program for these arguments; each action stores its exit code. */
+export async function createProgram(
+  args: readonly string[],
+  output: Output,
+  setExit: (code: number) => void,
+): Promise<Command> {
   const program = new Command('egressguard')
     .description(
       'Declare which way each class of workload may leave a host, enforce it fail-closed, and prove it',
@@ -29,7 +33,7 @@ export function createProgram(output: Output, setExit: (code: number) => void): 
     .exitOverride();
 
   const context: CommandContext = { output, setExit };
-  for (const register of COMMANDS) register(program, context);
+  await registerCommands(program, context, args);
 
   return program;
 }
@@ -40,10 +44,10 @@ export async function main(
   output: Output = createOutput(),
 ): Promise<number> {
   let exitCode: number = EXIT.ok;
-  const program = createProgram(output, (code) => {
-    exitCode = code;
-  });
   try {
+    const program = await createProgram(argv.slice(2), output, (code) => {
+      exitCode = code;
+    });
     await program.parseAsync([...argv]);
     return exitCode;
   } catch (error) {

@@ -220,8 +220,11 @@ function declareAddressSets(
     const name = e.name('s_', `${id}${f}`);
     names[f] = name;
     const elements = set.toCidrs(f);
+    // No auto-merge: AddressSet already merged overlapping and adjacent prefixes, and with
+    // auto-merge nft 1.0.6 takes twice as long to replace a table of 100k elements (0.95 s
+    // against 0.47 s, measured here).
     e.sets.push(
-      `\tset ${name} {\n\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tauto-merge\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.join(`,\n\t\t\t     `)} }\n\t}`,
+      `\tset ${name} {\n\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.join(`,\n\t\t\t     `)} }\n\t}`,
     );
   }
   return names;
