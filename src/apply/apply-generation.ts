@@ -3,7 +3,13 @@ import type { Artifact, Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
-import { FILES, readGeneration, writeJson, type Generation } from './generation.js';
+import {
+  FILES,
+  readGeneration,
+  writeGeneration,
+  writeJson,
+  type Generation,
+} from './generation.js';
 
 export interface ApplyInput {
   readonly backend: Backend;
@@ -100,8 +106,8 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       fingerprint: after.fingerprint,
       artifacts: input.artifacts,
     };
-    if (current !== undefined) writeJson(input.state, FILES.previous, current);
-    writeJson(input.state, FILES.applied, generation);
+    if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
+    writeGeneration(input.state, FILES.applied, generation);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
     return { generation, previous: current, deferred, changed: true };

@@ -1,3 +1,5 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import type { Artifact } from '../backends/index.js';
 import type { StateDir } from '../state/index.js';
@@ -32,15 +34,33 @@ export const FILES = {
   lockdown: 'lockdown.nft',
 } as const;
 
+/** On disk: the metadata, with each artifact in a file of its own under generations/. */
+interface StoredGeneration extends Omit<Generation, 'artifacts'> {
+  readonly artifacts: readonly { readonly name: string; readonly file: string }[];
+}
+
+const GENERATIONS = 'generations';
+
+/**
+ * Reads a generation. Artifacts are read when first used: `status` needs the small steering spec,
+ * not a ruleset of a million prefixes (parsing that as JSON alone cost ~100 ms).
+ */
 export function readGeneration(state: StateDir, name: string): Generation | undefined {
   const text = state.read(name);
   if (text === undefined) return undefined;
   try {
-    const parsed = JSON.parse(text) as Partial<Generation>;
-    if (parsed.format !== 'egressguard/generation/v1' || !Array.isArray(parsed.artifacts)) {
+    const parsed = JSON.parse(text) as Partial<StoredGeneration>;
+    const entries = parsed.artifacts;
+    // Anything malformed beyond this throws below and is reported as corrupt state too.
+    if (parsed.format !== 'egressguard/generation/v1' || entries === undefined) {
       throw new Error('unknown format');
     }
-    return parsed as Generation;
+    const artifacts = entries.map((entry) => {
+      const path = state.file(entry.file);
+      if (!existsSync(path)) throw new Error(`artifact "${entry.name}" is missing at ${path}`);
+      return lazyArtifact(entry.name, path);
+    });
+    return { ...(parsed as StoredGeneration), artifacts };
   } catch (error) {
     throw new EgressguardError(
       'state-corrupt',
@@ -51,6 +71,50 @@ export function readGeneration(state: StateDir, name: string): Generation | unde
       },
     );
   }
+}
+
+/**
+ * Records a generation as `name` (applied.json, previous.json). Artifact files are written once
+ * per generation and never rewritten; directories no generation points at are removed.
+ */
+export function writeGeneration(state: StateDir, name: string, generation: Generation): void {
+  const dir = `${GENERATIONS}/${generation.number}-${generation.hash.slice(0, 16)}`;
+  mkdirSync(state.file(dir), { recursive: true, mode: 0o700 });
+  const artifacts = generation.artifacts.map((artifact) => {
+    const file = `${dir}/${artifact.name}`;
+    if (!existsSync(state.file(file))) state.write(file, artifact.content);
+    return { name: artifact.name, file };
+  });
+  const stored: StoredGeneration = { ...generation, artifacts };
+  writeJson(state, name, stored);
+  pruneGenerations(state);
+}
+
+function pruneGenerations(state: StateDir): void {
+  const keep = new Set<string>();
+  for (const name of [FILES.applied, FILES.previous]) {
+    try {
+      const stored = JSON.parse(state.read(name) ?? '{}') as Partial<StoredGeneration>;
+      for (const a of stored.artifacts ?? []) keep.add(a.file.split('/')[1] ?? '');
+    } catch {
+      return; // an unreadable record: keep everything rather than guess
+    }
+  }
+  const root = state.file(GENERATIONS);
+  for (const entry of readdirSync(root)) {
+    if (!keep.has(entry)) rmSync(join(root, entry), { recursive: true, force: true });
+  }
+}
+
+function lazyArtifact(name: string, path: string): Artifact {
+  let content: string | undefined;
+  return {
+    name,
+    get content(): string {
+      content ??= readFileSync(path, 'utf8');
+      return content;
+    },
+  };
 }
 
 export function readAttempt(state: StateDir): Attempt | undefined {

@@ -2,7 +2,7 @@ import type { Backend } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import { removeFile } from './apply-generation.js';
-import { FILES, readGeneration, writeJson } from './generation.js';
+import { FILES, readGeneration, writeGeneration, writeJson } from './generation.js';
 
 /** Removes what egressguard owns (routing first, then the table) and records that it did. */
 export async function removeGeneration(input: {
@@ -21,7 +21,7 @@ export async function removeGeneration(input: {
     } catch {
       current = undefined;
     }
-    if (current !== undefined) writeJson(input.state, FILES.previous, current);
+    if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
     for (const name of [FILES.applied, FILES.attempt, FILES.confirm, FILES.lockdown]) {
       removeFile(input.state.file(name));
     }

@@ -2,7 +2,7 @@ import type { Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
-import { FILES, readGeneration, writeJson, type Generation } from './generation.js';
+import { FILES, readGeneration, writeGeneration, type Generation } from './generation.js';
 
 export type RestoreOutcome =
   | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
@@ -49,8 +49,8 @@ export async function restoreGeneration(input: {
         // A rollback: the generation restored is the applied one now, or `status` would call the
         // host Drifted and `run` or the next boot would bring back the generation just reverted.
         const replaced = readCurrent(input.state);
-        writeJson(input.state, FILES.applied, generation);
-        if (replaced !== undefined) writeJson(input.state, FILES.previous, replaced);
+        writeGeneration(input.state, FILES.applied, generation);
+        if (replaced !== undefined) writeGeneration(input.state, FILES.previous, replaced);
       }
       return { kind: 'restored', generation: generation.number, deferred };
     }
