@@ -45,8 +45,10 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       runner: input.runner,
       tableName: input.table,
     });
-    const before = await inspector.read(input.artifacts);
+    // Only a re-apply of the recorded hash can be a no-op; anything else goes straight on.
+    const before = current?.hash === input.hash ? await inspector.read(input.artifacts) : undefined;
     const unchanged =
+      before !== undefined &&
       before.present &&
       before.hash === input.hash &&
       // A route via a tunnel that is down cannot go in: re-applying would only defer it again.

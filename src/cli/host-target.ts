@@ -69,9 +69,11 @@ export async function preparePolicy(
   target: Target,
   options: { facts?: string | undefined },
 ): Promise<Prepared> {
+  // The live listings are processes: let them run while this process validates the policy.
+  const gathering = options.facts === undefined ? gatherFacts(target.runner) : undefined;
+  gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const { policy } = requirePolicy(file);
-  const facts =
-    options.facts === undefined ? await gatherFacts(target.runner) : readHostFacts(options.facts);
+  const facts = gathering === undefined ? readHostFacts(options.facts ?? '') : await gathering;
   const ir = lowerPolicy(policy, facts);
   const { artifacts, hash } = compileWithHash(target.backend.createCompiler(), {
     ir,
