@@ -1,4 +1,4 @@
-import { AddressSet, type Family } from '../core/index.js';
+import { AddressSet, createRandom, type Family } from '../core/index.js';
 import type { EvaluationState, Packet, PolicyIR } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
 
@@ -24,7 +24,7 @@ export function generateBoundaryPackets(
     hostAddresses?: AddressSet;
   },
 ): TestPacket[] {
-  const random = mulberry32(options.seed);
+  const random = createRandom(options.seed);
   const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
 
   const destinationSets: AddressSet[] = [ir.localPrefixes];
@@ -132,15 +132,4 @@ function documentationAddress(family: Family, random: () => number): number | bi
     return (bases[Math.floor(random() * 3)] ?? 0xc0000200) + 1 + Math.floor(random() * 254);
   }
   return (0x20010db8n << 96n) | BigInt(Math.floor(random() * 0xffffffff));
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }

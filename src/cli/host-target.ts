@@ -9,6 +9,7 @@ import {
   type Backend,
 } from '../backends/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
+import { applyGeneration, type ApplyReport } from '../apply/index.js';
 import { lowerPolicy, type PolicyIR } from '../ir/index.js';
 import type { Policy } from '../policy/index.js';
 import { createRunner, type Runner } from '../runner/index.js';
@@ -89,4 +90,18 @@ export async function preparePolicy(
     lockdown: artifacts.find((a) => a.name === LOCKDOWN_ARTIFACT)?.content,
     hash,
   };
+}
+
+/** Applies a prepared policy to the target (apply, run). */
+export function applyPrepared(target: Target, prepared: Prepared): Promise<ApplyReport> {
+  return applyGeneration({
+    backend: target.backend,
+    runner: target.runner,
+    state: target.state,
+    table: target.table,
+    policy: prepared.policy.name,
+    hash: prepared.hash,
+    artifacts: prepared.artifacts,
+    ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+  });
 }

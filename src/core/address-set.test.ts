@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AddressSet, parseIpv4, parseIpv6, type Family } from './index.js';
+import { AddressSet, createRandom, parseIpv4, parseIpv6, type Family } from './index.js';
 
 const V4_MAX = 2 ** 32 - 1;
 const V6_MAX = (1n << 128n) - 1n;
@@ -12,18 +12,6 @@ const ip6 = (text: string): bigint => {
   return value;
 };
 const cidrs = (s: AddressSet): string[] => [...s.toCidrs(4), ...s.toCidrs(6)];
-
-/** Seeded generator (mulberry32), so a failure reproduces. */
-function createRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Sorted, disjoint and non-adjacent: the one canonical form, so equal sets compare equal. */
 function expectCanonical(s: AddressSet): void {

@@ -14,3 +14,4 @@ export {
 } from './cidr.js';
 export { AddressSet } from './address-set.js';
 export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
+export { createRandom } from './random.js';

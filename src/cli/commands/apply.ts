@@ -1,10 +1,11 @@
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { applyGeneration, scheduleRevert } from '../../apply/index.js';
+import { scheduleRevert } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
+  applyPrepared,
   addTargetOptions,
   preparePolicy,
   resolveTarget,
@@ -64,16 +65,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
         const target = resolveTarget(opts);
         const prepared = await preparePolicy(file, target, opts);
-        const report = await applyGeneration({
-          backend: target.backend,
-          runner: target.runner,
-          state: target.state,
-          table: target.table,
-          policy: prepared.policy.name,
-          hash: prepared.hash,
-          artifacts: prepared.artifacts,
-          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
-        });
+        const report = await applyPrepared(target, prepared);
         let pending;
         if (seconds !== undefined && report.changed) {
           const passthrough = [

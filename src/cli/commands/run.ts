@@ -1,8 +1,9 @@
 import type { Command } from 'commander';
-import { applyGeneration, runResident } from '../../apply/index.js';
+import { runResident } from '../../apply/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
+  applyPrepared,
   addTargetOptions,
   preparePolicy,
   resolveTarget,
@@ -34,16 +35,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
       ) => {
         const target = resolveTarget(opts);
         const prepared = await preparePolicy(file, target, opts);
-        const report = await applyGeneration({
-          backend: target.backend,
-          runner: target.runner,
-          state: target.state,
-          table: target.table,
-          policy: prepared.policy.name,
-          hash: prepared.hash,
-          artifacts: prepared.artifacts,
-          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
-        });
+        const report = await applyPrepared(target, prepared);
         const emit = (entry: { time: string; action: string; message: string }): void => {
           printLine(
             ctx.output,
