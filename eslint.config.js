@@ -11,8 +11,9 @@ const layers = [
   ['facts', 'state'],
   ['ir'],
   ['backends'],
-  ['apply', 'prove'],
-  ['agent', 'fleet'],
+  ['apply'],
+  // prove applies with the real applier and watches with the real resident mode (DESIGN.md §7).
+  ['prove', 'agent', 'fleet'],
   ['server', 'cli'],
 ];
 const allLayers = layers.flat();
@@ -71,7 +72,14 @@ export default tseslint.config(
   {
     files: ['**/*.js', '**/*.mjs'],
     extends: [tseslint.configs.disableTypeChecked],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
+    languageOptions: {
+      globals: {
+        process: 'readonly',
+        console: 'readonly',
+        URL: 'readonly',
+        performance: 'readonly',
+      },
+    },
   },
   ...allLayers.map(rulesFor),
 );

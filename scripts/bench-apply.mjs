@@ -27,7 +27,12 @@ const runs = Number(option('--runs', '3'));
 const work = mkdtempSync(join(tmpdir(), 'eg-bench-apply-'));
 const ns = `egbench-${process.pid}`;
 const sh = (file, argv, input) =>
-  execFileSync(file, argv, { encoding: 'utf8', input, maxBuffer: 1 << 30, stdio: ['pipe', 'pipe', 'pipe'] });
+  execFileSync(file, argv, {
+    encoding: 'utf8',
+    input,
+    maxBuffer: 1 << 30,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
 const inNs = (argv, input) => sh('ip', ['netns', 'exec', ns, ...argv], input);
 const seconds = (fn) => {
   const start = process.hrtime.bigint();
@@ -50,7 +55,9 @@ function prefixes(count, seed) {
     const length = 24 + Math.floor(random() * 9); // /24–/32, like IP reputation lists
     const address = Math.floor(random() * 2 ** 32);
     const start = address - (address % 2 ** (32 - length));
-    lines.push(`${start >>> 24}.${(start >>> 16) & 255}.${(start >>> 8) & 255}.${start & 255}/${length}`);
+    lines.push(
+      `${start >>> 24}.${(start >>> 16) & 255}.${(start >>> 8) & 255}.${start & 255}/${length}`,
+    );
   }
   return lines.join('\n') + '\n';
 }
@@ -96,12 +103,17 @@ function setUpNamespace() {
   sh('ip', ['-n', ns, 'route', 'add', 'default', 'via', '198.51.100.1', 'dev', 'eth0']);
 }
 
-const results = { machine: { node: process.version, nft: sh('nft', ['--version']).trim() }, apply: [], drift: null };
+const results = {
+  machine: { node: process.version, nft: sh('nft', ['--version']).trim() },
+  apply: [],
+  drift: null,
+};
 try {
   setUpNamespace();
   const stateDir = join(work, 'state');
   const env = { ...process.env, EGRESSGUARD_STATE_DIR: stateDir, NO_COLOR: '1' };
-  const cli = (argv) => execFileSync(process.execPath, [bin, ...argv], { encoding: 'utf8', env, maxBuffer: 1 << 30 });
+  const cli = (argv) =>
+    execFileSync(process.execPath, [bin, ...argv], { encoding: 'utf8', env, maxBuffer: 1 << 30 });
   const reset = () => {
     inNs(['nft', 'delete', 'table', 'inet', 'egressguard'], undefined);
   };
@@ -170,9 +182,18 @@ try {
       times.push(Number(process.hrtime.bigint() - start) / 1e6);
     }
     const listMs = median(
-      Array.from({ length: 5 }, () => seconds(() => inNs(['nft', '-j', '-t', 'list', 'ruleset'])) * 1000),
+      Array.from(
+        { length: 5 },
+        () => seconds(() => inNs(['nft', '-j', '-t', 'list', 'ruleset'])) * 1000,
+      ),
     );
-    results.drift = { size: driftSize, applyS, statusMs: median(times), condition, bareListMs: listMs };
+    results.drift = {
+      size: driftSize,
+      applyS,
+      statusMs: median(times),
+      condition,
+      bareListMs: listMs,
+    };
     console.log(
       `drift check at ${driftSize} elements: ${median(times).toFixed(1)} ms in-process (${condition}); bare nft -j -t list ruleset ${listMs.toFixed(1)} ms; apply took ${applyS.toFixed(1)} s`,
     );
