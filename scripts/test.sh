@@ -6,3 +6,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 npm run check
+# One plain closing line for CI: "N passed, N failed, N skipped".
+node -e '
+const r = JSON.parse(require("fs").readFileSync("test-results/vitest.json", "utf8"));
+console.log(`tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${r.numPendingTests + r.numTodoTests} skipped`);
+'
