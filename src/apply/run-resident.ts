@@ -57,9 +57,10 @@ export async function runResident(input: {
     }
   };
 
-  const reconcileOnce = async (reason: string): Promise<void> => {
+  /** What is wrong with live state against the applied generation, or undefined. */
+  const diagnose = async () => {
     const generation = readGeneration(input.state, FILES.applied);
-    if (generation === undefined) return;
+    if (generation === undefined) return undefined;
     const live = await inspector.read(generation.artifacts);
     const tableWrong =
       !live.present || live.hash !== generation.hash || live.fingerprint !== generation.fingerprint;
@@ -68,7 +69,12 @@ export async function runResident(input: {
     const routesMissing = live.missing.some(
       (m) => !m.endsWith('(tunnel down)') || [...tunnelsUp].some((t) => m.includes(`dev ${t} `)),
     );
-    if (!tableWrong && !routesMissing && live.unexpected.length === 0) return;
+    if (!tableWrong && !routesMissing && live.unexpected.length === 0) return undefined;
+    return { generation, live, tableWrong };
+  };
+
+  const reconcileOnce = async (reason: string): Promise<void> => {
+    if ((await diagnose()) === undefined) return;
     let lock;
     try {
       lock = acquireHostLock(input.state, 'repair the applied state');
@@ -80,6 +86,11 @@ export async function runResident(input: {
       throw error;
     }
     try {
+      // Read again under the lock: an apply that held it may have recorded a new generation
+      // since, and repairing to the one read before would revert it.
+      const wrong = await diagnose();
+      if (wrong === undefined) return;
+      const { generation, live, tableWrong } = wrong;
       const result = await applier.apply(generation.artifacts, {
         previous: undefined,
         routingOnly: !tableWrong,

@@ -1,4 +1,5 @@
-import { closeSync, openSync, readFileSync, unlinkSync, writeSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { linkSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { StateDir } from './state-dir.js';
 
@@ -14,11 +15,26 @@ export interface HostLock {
 export function acquireHostLock(state: StateDir, purpose: string): HostLock {
   state.ensure();
   const path = state.file('lock');
+  // The lock appears with its owner already written (link(2) of a complete file fails with
+  // EEXIST if the lock exists): created empty and written after, a competitor could read it
+  // empty in between, take it for stale and delete it, and two applies would run at once.
+  const draft = `${path}.${process.pid}.${randomBytes(4).toString('hex')}`;
+  writeFileSync(
+    draft,
+    JSON.stringify({ pid: process.pid, purpose, since: new Date().toISOString() }),
+    { mode: 0o600 },
+  );
+  try {
+    return takeLock(path, draft, purpose);
+  } finally {
+    unlinkSync(draft);
+  }
+}
+
+function takeLock(path: string, draft: string, purpose: string): HostLock {
   for (let attempt = 0; attempt < 2; attempt++) {
     try {
-      const fd = openSync(path, 'wx', 0o600);
-      writeSync(fd, JSON.stringify({ pid: process.pid, purpose, since: new Date().toISOString() }));
-      closeSync(fd);
+      linkSync(draft, path);
       return {
         release() {
           try {

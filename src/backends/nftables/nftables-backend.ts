@@ -18,6 +18,7 @@ import {
   seedCounters,
 } from './nft-applier.js';
 import { readLiveTable } from './nft-inspector.js';
+import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
@@ -91,7 +92,9 @@ function createNftApplier(context: BackendContext): Applier {
     },
 
     async apply(artifacts, options) {
-      const ruleset = artifact(artifacts, RULESET_ARTIFACT);
+      const ruleset = runner.faults.isOn(DISABLE_KILL_SWITCH_FAULT)
+        ? disableKillSwitch(artifact(artifacts, RULESET_ARTIFACT))
+        : artifact(artifacts, RULESET_ARTIFACT);
       const spec = steeringOf(artifacts);
       const liveSteering = await readLiveSteering(runner, steeringScope(spec));
       if (liveSteering.collisions.length > 0) {

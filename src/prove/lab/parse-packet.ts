@@ -14,6 +14,8 @@ export interface ObservedPacket {
   /** The ICMP or ICMPv6 type. */
   readonly icmpType?: number;
   readonly length: number;
+  /** What followed the nonce (a-z0-9), when a sender appended a tag to tell its probes apart. */
+  readonly tag?: string;
 }
 
 const KIND_OF: Readonly<Record<number, PacketKind>> = {

@@ -28,6 +28,10 @@ export interface PositiveControl {
 /** Options of startObserver. */
 export interface ObserverOptions {
   readonly node: string;
+  /**
+   * The interface, or `any`: every interface of the node, which survives a link being deleted and
+   * recreated (give control.from and control.dst then).
+   */
   readonly iface: string;
   readonly nonce: string;
   readonly direction?: Direction;
@@ -235,6 +239,7 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
 }
 
 async function checkInterface(lab: Lab, ref: LinkRef): Promise<void> {
+  if (ref.iface === 'any') return;
   const runner = lab.runner(ref.node);
   const found = await runner.run(['ip', 'link', 'show', 'dev', ref.iface], {
     effect: 'read',
@@ -381,8 +386,11 @@ class Capture {
     if (this.hex === undefined || this.hex.length === 0) return;
     const bytes = Buffer.from(this.hex.join(''), 'hex');
     this.hex = undefined;
-    if (bytes.includes(this.marks.probe)) {
-      const packet = parsePacket(bytes);
+    const at = bytes.indexOf(this.marks.probe);
+    if (at !== -1) {
+      const parsed = parsePacket(bytes);
+      const tag = readTag(bytes, at + this.marks.probe.length);
+      const packet = parsed === undefined || tag === '' ? parsed : { ...parsed, tag };
       if (packet !== undefined) (isIcmpError(packet) ? this.errors : this.probes).push(packet);
     } else if (bytes.includes(this.marks.arming)) {
       this.seen.arming++;
@@ -396,6 +404,17 @@ class Capture {
   private notify(): void {
     for (const waiter of [...this.waiters]) waiter();
   }
+}
+
+/** The a-z0-9 characters right after the nonce: a sender's tag for telling its probes apart. */
+function readTag(bytes: Buffer, from: number): string {
+  let end = from;
+  while (end < bytes.length && end - from < 16 && isTagByte(bytes[end] ?? 0)) end++;
+  return bytes.subarray(from, end).toString('latin1');
+}
+
+function isTagByte(byte: number): boolean {
+  return (byte >= 0x61 && byte <= 0x7a) || (byte >= 0x30 && byte <= 0x39);
 }
 
 /** The length an IP packet declares, read from the hex of its first bytes. */
