@@ -43,3 +43,9 @@ export {
   type KernelMeasurement,
   type KernelObserved,
 } from './kernel-harness.js';
+export { proveInLab, type ProveOptions, type ProofReport, type ProofVersions } from './prove.js';
+export { renderSummary, renderJunit, type SummaryOptions } from './reports.js';
+export { SCENARIOS } from './scenarios/index.js';
+export type { ScenarioResult, Scenario, Finding, StreamJudgement } from './scenario.js';
+export type { ProbeJudgement, OracleVerdict } from './oracles.js';
+export type { RequirementCoverage, Level } from './coverage.js';

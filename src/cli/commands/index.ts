@@ -23,6 +23,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   units: async () => (await import('./units.js')).registerUnits,
   doctor: async () => (await import('./doctor.js')).registerDoctor,
   drops: async () => (await import('./drops.js')).registerDrops,
+  prove: async () => (await import('./prove.js')).registerProve,
 };
 
 /** Registers the command named in `args` (the words after the binary), or every command. */

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Probes of the egressguard lab (prove), sent from a workload node. Python 3 stdlib only.
+
+    probe.py probe < {"nonce": "eg…", "timeoutMs": 600,
+                      "probes": [{"tag": "f3", "kind": "tcp", "src": "10.10.0.5",
+                                  "dst": "203.0.113.7", "port": 443, "count": 10}]}
+
+Runs every probe at once, each two ways:
+  - a real client (TCP connect, a UDP request, a DNS query, an ICMP echo) from src, whose payload
+    (or query name) carries the nonce and tag plus "c": did anything answer, which far side
+    (scripts/lab/echo.py names itself), and as which source address did the probe arrive;
+  - `count` raw packets of the same kind built by sender.py, carrying the nonce and tag, for the
+    packet counters on the far sides.
+Writes {"results": [{"tag", "client": {"outcome", "node", "seen", "error", "ms"},
+"raw": {"sent", "failed", "error"}}]}; outcome is answered, refused, unreachable, timeout, error
+or none (no client for that kind).
+
+    probe.py stream '{"nonce": "eg…", "rate": 120, "maxMs": 60000,
+                       "specs": [{"tag": "s1", "kind": "udp", "src": "…", "dst": "…", "dport": 9}]}'
+
+Sends one raw packet of every spec `rate` times a second until SIGTERM or maxMs, then writes
+{"results": [{"tag", "sent", "failed", "error"}], "elapsedMs", "minPerSecond"}: minPerSecond is
+the fewest packets of one spec sent in any whole second of the run.
+"""
+
+import errno
+import ipaddress
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sender  # noqa: E402  (scripts/lab/sender.py: packet building and raw sockets)
+
+IP_FREEBIND = 15
+IPV6_FREEBIND = 78
+MAX_STREAM_MS = 120000
+
+
+def main(argv):
+    mode = argv[0] if argv else ""
+    # The request comes as an argument (a stream is started with no stdin) or on stdin.
+    request = json.loads(argv[1] if len(argv) > 1 else sys.stdin.read())
+    if mode == "probe":
+        return run_probes(request)
+    if mode == "stream":
+        return run_stream(request)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+def run_probes(request):
+    nonce = request["nonce"]
+    timeout = request.get("timeoutMs", 600) / 1000
+    probes = request["probes"]
+    results = [None] * len(probes)
+
+    def one(index, probe):
+        client = {"outcome": "none", "node": None, "seen": None, "error": None, "ms": None}
+        raw = {"sent": 0, "failed": 0, "error": None}
+        threads = []
+        if probe.get("client", True):
+            threads.append(threading.Thread(target=lambda: client.update(
+                run_client(nonce + probe["tag"] + "c", probe, timeout))))
+        if probe.get("count", 0) > 0:
+            threads.append(threading.Thread(target=lambda: raw.update(
+                send_raw(nonce + probe["tag"], probe))))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        results[index] = {"tag": probe["tag"], "client": client, "raw": raw}
+
+    threads = [threading.Thread(target=one, args=(i, p)) for i, p in enumerate(probes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    json.dump({"results": results}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+def send_raw(nonce, probe):
+    raw = {"kind": probe["kind"], "dst": probe["dst"], "src": probe["src"],
+           "count": probe["count"]}
+    if probe["kind"] in ("tcp", "udp", "sctp"):
+        raw["dport"] = probe["port"]
+    if probe["kind"] == "ip":
+        raw["protocol"] = probe["protocol"]
+    spec = sender.parse_spec(0, raw)
+    return sender.send_spec(nonce, spec, {})
+
+
+def family_of(address):
+    return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+
+
+def bound_socket(src, kind, proto=0):
+    family = family_of(src)
+    sock = socket.socket(family, kind, proto)
+    if family == socket.AF_INET:
+        sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+    else:
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
+    sock.bind((src, 0))
+    return sock
+
+
+def run_client(token, probe, timeout):
+    kind = probe["kind"]
+    started = time.monotonic()
+    try:
+        if kind == "tcp":
+            result = tcp_client(token, probe, timeout)
+        elif kind == "udp":
+            result = udp_client(token, probe, timeout)
+        elif kind == "dns":
+            result = dns_client(token, probe, timeout)
+        elif kind == "icmp":
+            result = icmp_client(token, probe, timeout)
+        else:
+            return {"outcome": "none", "node": None, "seen": None, "error": None, "ms": None}
+    except socket.timeout:
+        result = {"outcome": "timeout"}
+    except ConnectionRefusedError:
+        result = {"outcome": "refused"}
+    except OSError as error:
+        unreachable = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EACCES, errno.EPERM)
+        result = {"outcome": "unreachable" if error.errno in unreachable else "error",
+                  "error": sender.describe(error)}
+    result.setdefault("node", None)
+    result.setdefault("seen", None)
+    result.setdefault("error", None)
+    result["ms"] = round((time.monotonic() - started) * 1000)
+    return result
+
+
+def answered(reply):
+    report = json.loads(reply.decode().splitlines()[0])
+    return {"outcome": "answered", "node": report.get("node"), "seen": report.get("src")}
+
+
+def tcp_client(token, probe, timeout):
+    with bound_socket(probe["src"], socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect((probe["dst"], probe["port"]))
+        sock.sendall(f"egressguard {token} tcp\n".encode())
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(2048)
+            if not chunk:
+                break
+            data += chunk
+        if not data:
+            return {"outcome": "refused", "error": "closed without an answer"}
+        return answered(data)
+
+
+def udp_client(token, probe, timeout):
+    with bound_socket(probe["src"], socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect((probe["dst"], probe["port"]))
+        sock.send(f"egressguard {token} udp\n".encode())
+        return answered(sock.recv(2048))
+
+
+def dns_client(token, probe, timeout):
+    query_id = int.from_bytes(os.urandom(2), "big")
+    labels = [f"{token}-0", "egressguard", "test"]
+    name = b"".join(bytes([len(l)]) + l.encode() for l in labels) + b"\x00"
+    query = struct.pack("!HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 16, 1)
+    with bound_socket(probe["src"], socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect((probe["dst"], probe.get("port") or 53))
+        sock.send(query)
+        deadline = time.monotonic() + timeout
+        while True:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            reply = sock.recv(2048)
+            if len(reply) >= 12 and struct.unpack("!H", reply[:2])[0] == query_id:
+                break
+        text = reply[len(query):]
+        # The TXT answer's text is the last part of the reply: "node=NAME src=ADDRESS".
+        fields = dict(part.split("=", 1) for part in
+                      text[text.find(b"node="):].decode(errors="replace").split() if "=" in part)
+        return {"outcome": "answered", "node": fields.get("node"), "seen": fields.get("src")}
+
+
+def icmp_client(token, probe, timeout):
+    src, dst = probe["src"], probe["dst"]
+    v6 = family_of(dst) == socket.AF_INET6
+    ident = int.from_bytes(os.urandom(2), "big")
+    payload = f"egressguard {token} icmp\n".encode()
+    proto = socket.IPPROTO_ICMPV6 if v6 else socket.IPPROTO_ICMP
+    with bound_socket(src, socket.SOCK_RAW, proto) as sock:
+        if v6:  # the kernel computes the ICMPv6 checksum (RFC 3542 §3.1)
+            message = struct.pack("!BBHHH", 128, 0, 0, ident, 1) + payload
+        else:
+            message = struct.pack("!BBHHH", 8, 0, 0, ident, 1) + payload
+            message = message[:2] + struct.pack("!H", sender.checksum(message)) + message[4:]
+        sock.sendto(message, (dst, 0))
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout()
+            sock.settimeout(remaining)
+            data, peer = sock.recvfrom(4096)
+            body = data if v6 else data[(data[0] & 0x0F) * 4:]
+            if len(body) < 8:
+                continue
+            kind, _, _, reply_ident, _ = struct.unpack("!BBHHH", body[:8])
+            if kind == (129 if v6 else 0) and reply_ident == ident:
+                return {"outcome": "answered"}
+            is_error = kind < 128 if v6 else kind in (3, 11)
+            if is_error and struct.pack("!H", ident) in body[8:]:
+                return {"outcome": "unreachable", "error": f"ICMP error type {kind} from {peer[0]}"}
+
+
+def run_stream(request):
+    nonce = request["nonce"]
+    interval = 1.0 / request["rate"]
+    max_s = min(request.get("maxMs", MAX_STREAM_MS), MAX_STREAM_MS) / 1000
+    specs = []
+    for raw in request["specs"]:
+        spec = {"kind": raw["kind"], "dst": raw["dst"], "src": raw["src"]}
+        if raw["kind"] in ("tcp", "udp", "sctp"):
+            spec["dport"] = raw["dport"]
+        specs.append((raw["tag"], sender.parse_spec(0, spec)))
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    sockets = {}
+    counts = [{"tag": tag, "sent": 0, "failed": 0, "error": None} for tag, _ in specs]
+    per_second = []
+    started = time.monotonic()
+    next_round = started
+    seq = 0
+    while not stopping.is_set():
+        now = time.monotonic()
+        if now - started >= max_s:
+            break
+        if next_round > now:
+            stopping.wait(next_round - now)
+            continue
+        second = int(now - started)
+        while len(per_second) <= second:
+            per_second.append(0)
+        for (tag, spec), count in zip(specs, counts):
+            try:
+                src = spec["src"]
+                packet = sender.build_packet(nonce + tag, spec, src, seq)
+                sender.raw_socket(src, sockets).sendto(packet, (str(spec["dst"]), 0))
+                count["sent"] += 1
+            except OSError as error:
+                count["failed"] += 1
+                count["error"] = count["error"] or sender.describe(error)
+        per_second[second] += 1
+        seq += 1
+        next_round += interval
+        # Behind by more than a round (a busy CPU): catch up in a burst, never skip a round.
+    for sock in sockets.values():
+        sock.close()
+    elapsed = time.monotonic() - started
+    whole = per_second[: int(elapsed)]
+    json.dump({"results": counts, "elapsedMs": round(elapsed * 1000),
+               "minPerSecond": min(whole) if whole else None}, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

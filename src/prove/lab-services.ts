@@ -1,0 +1,146 @@
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { EgressguardError } from '../core/index.js';
+import type { Lab } from './lab/create-lab.js';
+import { routeLine } from './lab/plan-lab.js';
+import { routeFamily } from './lab/topology.js';
+import type { ProofLab } from './plan-proof-lab.js';
+
+const SCRIPTS = fileURLToPath(new URL('../../scripts/lab/', import.meta.url));
+
+/** The path of a script of scripts/lab/ (shipped with the package). */
+export function labScript(name: 'echo.py' | 'probe.py' | 'sender.py'): string {
+  const path = `${SCRIPTS}${name}`;
+  if (!existsSync(path)) {
+    throw new EgressguardError('io', `Cannot find the lab script "${path}"`, {
+      hint: 'reinstall egressguard: its package ships scripts/lab/',
+    });
+  }
+  return path;
+}
+
+const READY_TIMEOUT_MS = 5000;
+
+/**
+ * Makes the planned lab answer: the far sides' addresses (on their loopback) and echo services,
+ * the workloads' probe sources, and the VPN client's routes on the host. Everything it starts
+ * is stopped when the lab is destroyed.
+ */
+export async function startLabServices(lab: Lab, plan: ProofLab): Promise<void> {
+  const loopback = (addresses: readonly string[]): string[] =>
+    addresses.map((a) =>
+      a.includes(':') ? `address add ${a}/128 dev lo nodad` : `address add ${a}/32 dev lo`,
+    );
+  await Promise.all([
+    ...plan.farSides.map((side) => batch(lab, side.node, loopback(plan.farAddresses))),
+    ...[...plan.sources].map(([node, addresses]) => batch(lab, node, loopback(addresses))),
+    ...plan.tunnels.map((t) => addTunnelRoutes(lab, plan, t.iface)),
+  ]);
+  await Promise.all(
+    plan.farSides.map((side) =>
+      startService(lab, side.node, [
+        'serve',
+        side.node,
+        '--tcp',
+        plan.tcpPorts.join(','),
+        '--udp',
+        plan.udpPorts.join(','),
+        '--addresses',
+        plan.farAddresses.join(','),
+      ]),
+    ),
+  );
+}
+
+/** Puts the lab VPN client's routes through a tunnel back (they vanish with the tunnel). */
+export async function addTunnelRoutes(lab: Lab, plan: ProofLab, tunnel: string): Promise<void> {
+  const prefixes = plan.tunnelRoutes.get(tunnel) ?? [];
+  await batch(
+    lab,
+    plan.host,
+    prefixes.map((p) => `route replace ${p} dev ${tunnel}`),
+  );
+}
+
+/**
+ * Puts a node's routes of the topology back: a link that went down took its routes with it, and
+ * a real far side (a VPN server, the internet) never loses them.
+ */
+export async function restoreNodeRoutes(lab: Lab, node: string): Promise<void> {
+  const routes = lab.topology.nodes[node]?.routes ?? [];
+  await batch(
+    lab,
+    node,
+    routes.map((r) => routeLine(r, 'replace')),
+  );
+}
+
+/** The node's routes of the topology that are missing, as `ip route` lines. */
+export async function missingNodeRoutes(lab: Lab, node: string): Promise<string[]> {
+  const missing: string[] = [];
+  for (const route of lab.topology.nodes[node]?.routes ?? []) {
+    const family = routeFamily(route) === 6 ? '-6' : '-4';
+    const to =
+      route.to === 'default' ? 'default' : route.to.replace(/^(0\.0\.0\.0|::)\/0$/, 'default');
+    const argv = ['ip', family, 'route', 'show', to];
+    if (route.table !== undefined) argv.push('table', String(route.table));
+    const { stdout } = await lab.runner(node).run(argv, { effect: 'read', allowFailure: true });
+    if (stdout.trim() === '') missing.push(routeLine(route));
+  }
+  return missing;
+}
+
+/** Whether the lab VPN client's routes through a tunnel are in place. */
+export async function hasTunnelRoutes(lab: Lab, plan: ProofLab, tunnel: string): Promise<boolean> {
+  const { stdout } = await lab
+    .runner(plan.host)
+    .run(['ip', '-4', 'route', 'show', 'dev', tunnel], { effect: 'read', allowFailure: true });
+  return (plan.tunnelRoutes.get(tunnel) ?? []).every((p) =>
+    stdout.includes(p.replace(/\/32$/, '')),
+  );
+}
+
+/**
+ * Starts scripts/lab/echo.py in a node and waits for it to report ready; stopped with the lab.
+ * Returns a stop function for services that end before the lab does.
+ */
+export async function startService(
+  lab: Lab,
+  node: string,
+  args: readonly string[],
+): Promise<() => Promise<void>> {
+  const running = lab.runner(node).start(['python3', labScript('echo.py'), ...args], {
+    effect: 'change',
+  });
+  const undefer = lab.defer(() => running.stop());
+  const lines = running.lines[Symbol.asyncIterator]();
+  const ready = await Promise.race([
+    lines.next().then((r) => (r.done === true ? undefined : r.value)),
+    new Promise<undefined>((resolve) => {
+      setTimeout(() => {
+        resolve(undefined);
+      }, READY_TIMEOUT_MS);
+    }),
+  ]);
+  if (ready === undefined || !ready.includes('"ready"')) {
+    await running.stop();
+    undefer();
+    throw new EgressguardError(
+      'command-failed',
+      `Cannot start the lab service "echo.py ${args.join(' ')}" in node "${node}": it never reported ready`,
+    );
+  }
+  return async () => {
+    undefer();
+    await running.stop();
+  };
+}
+
+async function batch(lab: Lab, node: string, lines: readonly string[]): Promise<void> {
+  if (lines.length === 0) return;
+  await lab.runner(node).run(['ip', '-force', '-batch', '-'], {
+    effect: 'change',
+    input: `${lines.join('\n')}\n`,
+    allowFailure: true,
+  });
+}

@@ -1,0 +1,408 @@
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, isAbsolute, join, normalize } from 'node:path';
+import { parseDocument } from 'yaml';
+import { EgressguardError } from '../core/index.js';
+import { readHostFacts, type HostFacts } from '../facts/index.js';
+import {
+  createHostView,
+  evaluatePacket,
+  evaluateProbes,
+  lowerPolicy,
+  parsePacket,
+  type ProbeResult,
+} from '../ir/index.js';
+import { formatIssue, hasErrors, loadPolicy, type Policy } from '../policy/index.js';
+import { createRunner } from '../runner/index.js';
+import { computeCoverage, type RequirementCoverage } from './coverage.js';
+import { createHostControl, type CompiledPolicy } from './host-control.js';
+import { createLab, type Lab } from './lab/create-lab.js';
+import { expandProbes, type LabProbe, type SkippedProbe } from './lab-probes.js';
+import { startLabServices } from './lab-services.js';
+import { messageOf } from './measure-phase.js';
+import { planProofLab } from './plan-proof-lab.js';
+import { RestoreStack, type RestoreRecord } from './restore-stack.js';
+import {
+  runScenario,
+  type DerivedPacket,
+  type ProofEnvironment,
+  type ScenarioResult,
+} from './scenario.js';
+import { SCENARIOS } from './scenarios/index.js';
+
+/** Options of proveInLab. */
+export interface ProveOptions {
+  readonly policyFile: string;
+  /** Host facts; default: facts.json beside the policy. */
+  readonly factsFile?: string | undefined;
+  /** The argv that runs this egressguard (`node bin/egressguard.js`): for `run`, `restore`… */
+  readonly selfCommand: readonly string[];
+  readonly version: string;
+  /** Only these requirements' probes. */
+  readonly only?: readonly string[] | undefined;
+  /** Only these scenarios (the steady state always runs). */
+  readonly scenarios?: readonly string[] | undefined;
+  /** Applies of the reapply scenario; default 200. */
+  readonly reapplies?: number | undefined;
+  /** Packets per second of each flow while reapplying; default 150. */
+  readonly rate?: number | undefined;
+  readonly progress?: ((line: string) => void) | undefined;
+}
+
+/** Tool versions and where the proof ran, for the evidence. */
+export interface ProofVersions {
+  readonly egressguard: string;
+  readonly nft: string;
+  readonly kernel: string;
+  readonly iproute2: string;
+  readonly python: string;
+  readonly node: string;
+}
+
+/** Everything a proof measured: the evidence bundle's content. */
+export interface ProofReport {
+  readonly format: 'egressguard/proof/v1';
+  readonly policy: string;
+  readonly policyFile: string;
+  readonly factsFile: string;
+  readonly hash: string;
+  readonly versions: ProofVersions;
+  readonly lab: { readonly id: string; readonly namespaces: readonly string[] };
+  readonly startedAt: string;
+  readonly durationMs: number;
+  readonly l1: readonly {
+    readonly requirement: string;
+    readonly index: number;
+    readonly verdict: string;
+    readonly mismatches: readonly string[];
+  }[];
+  readonly probes: number;
+  readonly skippedProbes: readonly SkippedProbe[];
+  readonly scenarios: readonly ScenarioResult[];
+  readonly coverage: readonly RequirementCoverage[];
+  readonly restores: readonly RestoreRecord[];
+  readonly resident: readonly { time: string; action: string; message: string }[];
+  /** Every measurement passed, every restore verified. */
+  readonly passed: boolean;
+  /** --strict's reasons to fail, whether or not --strict was given. */
+  readonly strictProblems: readonly string[];
+}
+
+const SIGNAL_EXIT: Readonly<Record<string, number>> = { SIGINT: 130, SIGTERM: 143 };
+
+/**
+ * `prove --lab`: builds a lab from the policy and its facts, applies with the real applier, runs
+ * the real resident mode, then runs every scenario (steady state first) and judges every probe
+ * with three oracles. The lab is torn down and the temporary state removed whatever happens,
+ * also on SIGINT or SIGTERM, after every pending restore ran and was verified.
+ */
+export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
+  const started = performance.now();
+  const startedAt = new Date().toISOString();
+  const progress = options.progress ?? (() => undefined);
+  const { policy, factsFile, facts } = loadInputs(options);
+  const ir = lowerPolicy(policy, facts);
+  const view = createHostView(facts);
+  const l1 = evaluateProbes(ir, view, policy.requirements);
+  const { probes, skipped } = expandProbes(policy, ir, view, { only: options.only });
+  const plan = planProofLab(ir, facts, probes);
+  const scenarios = selectScenarios(options.scenarios);
+
+  const temp = mkdtempSync(join(tmpdir(), 'egressguard-prove-'));
+  const restores = new RestoreStack();
+  const controller = new AbortController();
+  let lab: Lab | undefined;
+  let host: ReturnType<typeof createHostControl> | undefined;
+  const cleanup = async (): Promise<void> => {
+    try {
+      await lab?.destroy();
+    } finally {
+      await host?.stopResident().catch(() => undefined);
+      rmSync(temp, { recursive: true, force: true });
+    }
+  };
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (controller.signal.aborted) return;
+    controller.abort();
+    process.stderr.write(
+      `prove: ${signal}: running the pending restores and tearing the lab down\n`,
+    );
+    void cleanup()
+      .catch((error: unknown) => {
+        process.stderr.write(`prove: cleanup failed: ${messageOf(error)}\n`);
+      })
+      .finally(() => {
+        const ran = restores.records.filter((r) => r.onSignal);
+        process.stderr.write(
+          `prove: interrupted; ${ran.length} restores ran (${ran.filter((r) => r.verified).length} verified), lab torn down\n`,
+        );
+        process.exit(SIGNAL_EXIT[signal] ?? 2);
+      });
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+
+  try {
+    const stateRoot = join(temp, 'state');
+    const labFacts = join(temp, 'facts.json');
+    writeFileSync(labFacts, `${JSON.stringify(facts, null, 2)}\n`);
+    const fileB = writePolicyVariant(policy, options.policyFile, join(temp, 'policy-b'));
+    const policyB = loadValid(fileB);
+
+    progress(
+      `building the lab for ${policy.name}: ${Object.keys(plan.topology.nodes).length} namespaces`,
+    );
+    lab = await createLab(plan.topology, { runner: createRunner({ guard: true }) });
+    const theLab = lab;
+    host = createHostControl({
+      netns: lab.ns(plan.host),
+      stateRoot,
+      selfCommand: options.selfCommand,
+      version: options.version,
+      policyFile: options.policyFile,
+      factsFile: labFacts,
+    });
+    const theHost = host;
+    // Torn down last: the resident stops only after every pending restore ran.
+    lab.defer(() => theHost.stopResident());
+    lab.defer(async () => {
+      await restores.unwind({ onSignal: controller.signal.aborted });
+    });
+    await startLabServices(lab, plan);
+    const policyA: CompiledPolicy = host.compile(ir, facts, options.policyFile);
+    const compiledB = host.compile(lowerPolicy(policyB, facts), facts, fileB);
+    progress(
+      `applying ${policy.name} (hash ${policyA.hash.slice(0, 12)}) and starting \`egressguard run\``,
+    );
+    await host.apply(policyA);
+    await host.startResident();
+    const versions = await readVersions(host.runner, options.version);
+
+    const env: ProofEnvironment = {
+      lab,
+      plan,
+      host,
+      probes,
+      policyA,
+      policyB: compiledB,
+      restores,
+      progress,
+      signal: controller.signal,
+      reapplies: options.reapplies ?? 200,
+      rate: options.rate ?? 150,
+      factsFile: labFacts,
+      deriveProbe: (packet) => deriveProbe(packet, { ir, view }),
+    };
+    const results: ScenarioResult[] = [];
+    for (const scenario of scenarios) {
+      if (controller.signal.aborted) break;
+      const result = await runScenario(env, scenario);
+      results.push(result);
+      progress(
+        `${result.status === 'passed' ? '✓' : result.status === 'skipped' ? '-' : '✗'} ${scenario.id} ${result.status}${result.reason === null ? '' : `: ${result.reason}`} (${(result.durationMs / 1000).toFixed(1)} s)`,
+      );
+    }
+    const resident = [...host.residentLog];
+    const labInfo = { id: lab.id, namespaces: lab.nodes.map((n) => theLab.ns(n)) };
+    await host.stopResident();
+    await cleanup();
+    lab = undefined;
+
+    const coverage = computeCoverage({
+      requirements: policy.requirements,
+      l1,
+      scenarios: results,
+      only: options.only,
+    });
+    const strictProblems = coverage.flatMap((c) => c.strictProblems.map((p) => `${c.id}: ${p}`));
+    const passed =
+      results.every((r) => r.status === 'passed' || r.status === 'skipped') &&
+      l1.every((r) => r.mismatches.length === 0) &&
+      restores.records.every((r) => r.verified);
+    return {
+      format: 'egressguard/proof/v1',
+      policy: policy.name,
+      policyFile: options.policyFile,
+      factsFile,
+      hash: policyA.hash,
+      versions,
+      lab: labInfo,
+      startedAt,
+      durationMs: Math.round(performance.now() - started),
+      l1: l1.map(summariseL1),
+      probes: probes.length,
+      skippedProbes: skipped,
+      scenarios: results,
+      coverage,
+      restores: restores.records,
+      resident,
+      passed,
+      strictProblems,
+    };
+  } finally {
+    await cleanup().catch(() => undefined);
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+function summariseL1(r: ProbeResult): ProofReport['l1'][number] {
+  return {
+    requirement: r.requirement,
+    index: r.index,
+    verdict: r.explanation.verdict,
+    mismatches: r.mismatches,
+  };
+}
+
+function loadInputs(options: ProveOptions): {
+  policy: Policy;
+  factsFile: string;
+  facts: HostFacts;
+} {
+  const policy = loadValid(options.policyFile);
+  const factsFile = options.factsFile ?? join(dirname(options.policyFile), 'facts.json');
+  if (!existsSync(factsFile)) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot find host facts for policy "${options.policyFile}"`,
+      {
+        hint: 'pass --facts FILE (`egressguard facts --json > facts.json` on the host); the lab is built from them',
+      },
+    );
+  }
+  return { policy, factsFile, facts: readHostFacts(factsFile) };
+}
+
+function loadValid(file: string): Policy {
+  const parsed = loadPolicy(file);
+  if (parsed.policy === undefined || hasErrors(parsed.issues)) {
+    const errors = parsed.issues.filter((i) => i.severity === 'error');
+    throw new EgressguardError(
+      'usage',
+      `Cannot prove policy "${file}": it has ${errors.length} error${errors.length === 1 ? '' : 's'}:\n${errors.map(formatIssue).join('\n')}`,
+      { hint: `run \`egressguard check ${file}\` for every problem` },
+    );
+  }
+  return parsed.policy;
+}
+
+function selectScenarios(ids: readonly string[] | undefined): typeof SCENARIOS {
+  if (ids === undefined) return SCENARIOS;
+  const unknown = ids.filter((id) => !SCENARIOS.some((s) => s.id === id));
+  if (unknown.length > 0) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot run scenario${unknown.length === 1 ? '' : 's'} ${unknown.map((u) => `"${u}"`).join(', ')}: no such scenario`,
+      { hint: `choose from ${SCENARIOS.map((s) => s.id).join(', ')}` },
+    );
+  }
+  return SCENARIOS.filter((s, i) => i === 0 || ids.includes(s.id));
+}
+
+/**
+ * A copy of the policy that differs only in its name, with the list files it reads beside it:
+ * applying it replaces the table (a new stamp) and changes nothing enforced.
+ */
+function writePolicyVariant(policy: Policy, file: string, dir: string): string {
+  mkdirSync(dir, { recursive: true });
+  const document = parseDocument(readText(file));
+  const name = `${policy.name.slice(0, 27)}-alt`;
+  document.setIn(
+    ['metadata', 'name'],
+    name === policy.name ? `${policy.name.slice(0, 27)}-alu` : name,
+  );
+  const networks = document.get('networks', true) as { toJSON(): unknown } | undefined;
+  const json = (networks?.toJSON() ?? {}) as Record<string, unknown>;
+  for (const definition of Object.values(json)) {
+    const files = (definition as { files?: unknown }).files;
+    if (!Array.isArray(files)) continue;
+    for (const listFile of files) {
+      if (typeof listFile !== 'string' || isAbsolute(listFile)) continue;
+      const target = join(dir, normalize(listFile));
+      if (!target.startsWith(dir)) continue; // never outside the copy
+      mkdirSync(dirname(target), { recursive: true });
+      copyFileSync(join(dirname(file), listFile), target);
+    }
+  }
+  const out = join(dir, 'policy.yaml');
+  writeFileSync(out, document.toString());
+  return out;
+}
+
+function readText(file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (error) {
+    throw new EgressguardError('io', `Cannot read policy "${file}": ${messageOf(error)}`);
+  }
+}
+
+async function readVersions(
+  runner: ReturnType<typeof createRunner>,
+  version: string,
+): Promise<ProofVersions> {
+  const read = async (argv: readonly string[]): Promise<string> => {
+    const result = await runner.run(argv, { effect: 'read', allowFailure: true });
+    return (result.stdout || result.stderr).trim().split('\n')[0] ?? '';
+  };
+  const [nft, kernel, iproute2, python] = await Promise.all([
+    read(['nft', '--version']),
+    read(['uname', '-r']),
+    read(['ip', '-V']),
+    read(['python3', '--version']),
+  ]);
+  return { egressguard: version, nft, kernel, iproute2, python, node: process.version };
+}
+
+function deriveProbe(
+  packet: DerivedPacket,
+  context: {
+    readonly ir: ReturnType<typeof lowerPolicy>;
+    readonly view: ReturnType<typeof createHostView>;
+  },
+): LabProbe | undefined {
+  const parsed = parsePacket({
+    from: packet.from,
+    to: packet.to,
+    ingress: packet.ingress,
+    protocol: packet.protocol,
+    port: packet.port,
+  });
+  const explanation = evaluatePacket(context.ir, context.view, parsed, { tunnel: packet.state });
+  const cls = context.ir.classes.find((c) => c.name === explanation.class);
+  if (cls === undefined) return undefined;
+  const kind = packet.protocol === 'udp' ? (packet.port === 53 ? 'dns' : 'udp') : packet.protocol;
+  return {
+    key: `${packet.from} > ${packet.to} ${kind}${packet.port === undefined ? '' : `/${packet.port}`} (tunnel ${packet.state})`,
+    origins: [],
+    derived: true,
+    from: packet.from,
+    to: packet.to,
+    family: parsed.family,
+    protocol: packet.protocol,
+    port: packet.port,
+    kind,
+    ipProtocol: undefined,
+    ingress: packet.ingress,
+    className: cls.name,
+    viaTunnel: cls.via.kind === 'tunnel',
+    state: packet.state,
+    expect: {
+      verdict: explanation.verdict,
+      via: explanation.via,
+      egress: explanation.egress,
+      decidedBy: explanation.decidedBy,
+      layers: explanation.layers,
+      stated: false,
+    },
+  };
+}

@@ -1,0 +1,91 @@
+import { EgressguardError } from '../core/index.js';
+import type { Lab } from './lab/create-lab.js';
+import type { ProbeKind } from './lab-probes.js';
+import { labScript } from './lab-services.js';
+
+/** One continuous flow of nonce'd raw packets. */
+export interface StreamSpec {
+  readonly tag: string;
+  readonly kind: ProbeKind;
+  readonly src: string;
+  readonly dst: string;
+  readonly dport?: number | undefined;
+}
+
+/** What a stream sent, per spec, and its slowest second. */
+export interface StreamResult {
+  readonly node: string;
+  readonly results: readonly {
+    readonly tag: string;
+    readonly sent: number;
+    readonly failed: number;
+    readonly error: string | null;
+  }[];
+  readonly elapsedMs: number;
+  /** The fewest packets of one spec sent in any whole second. */
+  readonly minPerSecond: number | null;
+}
+
+/** A running stream; stop() ends it and reports what it sent. */
+export interface RunningStream {
+  stop(): Promise<StreamResult>;
+}
+
+const MAX_STREAM_MS = 120_000;
+
+/**
+ * Sends every spec `rate` times a second from a lab node (scripts/lab/probe.py stream) until
+ * stopped, bounded by maxMs: traffic that runs across faults and reapplies.
+ */
+export function startStream(
+  lab: Lab,
+  node: string,
+  options: {
+    readonly nonce: string;
+    readonly rate: number;
+    readonly specs: readonly StreamSpec[];
+    readonly maxMs?: number;
+  },
+): RunningStream {
+  const request = JSON.stringify({
+    nonce: options.nonce,
+    rate: options.rate,
+    maxMs: Math.min(options.maxMs ?? MAX_STREAM_MS, MAX_STREAM_MS),
+    specs: options.specs.map((s) => ({
+      tag: s.tag,
+      kind: s.kind,
+      src: s.src,
+      dst: s.dst,
+      ...(s.dport === undefined ? {} : { dport: s.dport }),
+    })),
+  });
+  const running = lab
+    .runner(node)
+    .start(['python3', labScript('probe.py'), 'stream', request], { effect: 'change' });
+  const undefer = lab.defer(() => running.stop());
+  const lines: string[] = [];
+  const reading = (async () => {
+    for await (const line of running.lines) lines.push(line);
+  })();
+  let stopping: Promise<StreamResult> | undefined;
+  return {
+    stop() {
+      stopping ??= (async () => {
+        await running.stop();
+        await reading;
+        undefer();
+        const last = lines.filter((l) => l.startsWith('{')).pop();
+        try {
+          const parsed = JSON.parse(last ?? '') as Omit<StreamResult, 'node'>;
+          return { node, ...parsed };
+        } catch {
+          throw new EgressguardError(
+            'command-failed',
+            `Cannot read what the traffic stream of lab node "${node}" sent: "${lines.join(' ').slice(0, 200)}"`,
+          );
+        }
+      })();
+      return stopping;
+    },
+  };
+}
