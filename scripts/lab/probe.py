@@ -94,7 +94,27 @@ def send_raw(nonce, probe):
     if probe["kind"] == "ip":
         raw["protocol"] = probe["protocol"]
     spec = sender.parse_spec(0, raw)
-    return sender.send_spec(nonce, spec, {})
+    # Fresh source ports for every probe: a flow of an earlier phase (its conntrack entry, with
+    # a masquerade binding to another interface) must not decide the fate of this one.
+    base = 20000 + int.from_bytes(os.urandom(2), "big") % 40000
+    sent, failed, error, sockets = 0, 0, None, {}
+    try:
+        src = spec["src"]
+        sock = sender.raw_socket(src, sockets)
+        for seq in range(spec["count"]):
+            packet = sender.build_packet(nonce, dict(spec, sport=base + seq), src, seq)
+            try:
+                sock.sendto(packet, (str(spec["dst"]), 0))
+                sent += 1
+            except OSError as e:
+                failed += 1
+                error = error or sender.describe(e)
+    except OSError as e:
+        return {"sent": 0, "failed": spec["count"], "error": sender.describe(e)}
+    finally:
+        for s in sockets.values():
+            s.close()
+    return {"sent": sent, "failed": failed, "error": error}
 
 
 def family_of(address):

@@ -1,0 +1,34 @@
+import { readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { execa } from 'execa';
+import { describe, expect, it } from 'vitest';
+import { interruptProve } from './support/prove-cli.js';
+
+// `prove` interrupted with SIGTERM in the middle of a fault (egressguard being killed at each
+// step of an apply, the tunnel down): the pending restore runs and is verified, the lab's
+// namespaces go, the resident `egressguard run` stops, and no state directory is left behind.
+
+describe('prove --lab interrupted', () => {
+  it('leaves no namespace, process or state behind after SIGTERM mid-fault', async () => {
+    const before = new Set(readdirSync(tmpdir()).filter((f) => f.startsWith('egressguard-prove-')));
+    const result = await interruptProve(['--scenarios', 'kill-points'], {
+      when: /^kill-points: /m,
+      delayMs: 1500,
+    });
+    expect(result.stderr).toMatch(/prove: SIGTERM: running the pending restores/);
+    expect(result.stderr).toMatch(
+      /prove: interrupted; [1-9]\d* restores ran \([1-9]\d* verified\), lab torn down/,
+    );
+    expect(result.exitCode).toBe(143);
+
+    const owner = result.pid.toString(36);
+    const { stdout: namespaces } = await execa('ip', ['netns', 'list']);
+    expect(namespaces.split('\n').filter((n) => n.startsWith(`eglab-${owner}-`))).toEqual([]);
+    const { stdout: processes } = await execa('ps', ['-eo', 'args']);
+    expect(processes.split('\n').filter((p) => p.includes(`eglab-${owner}-`))).toEqual([]);
+    const left = readdirSync(tmpdir()).filter(
+      (f) => f.startsWith('egressguard-prove-') && !before.has(f),
+    );
+    expect(left).toEqual([]);
+  }, 120_000);
+});
