@@ -23,3 +23,31 @@ describe('isReadOnlyCommand', () => {
     expect(isReadOnlyCommand(argv)).toBe(false);
   });
 });
+
+describe('commands that change state behind a reading verb', () => {
+  it.each([
+    [['ip', '-batch', '/tmp/cmds']],
+    [['ip', '-force', '-batch', '-']],
+    [['sysctl', '-p']],
+    [['sysctl', '--system']],
+    [['nft', 'add', 'table', 'inet', 'x', ';', 'list', 'ruleset']],
+    [['nft', 'add table inet x; list ruleset']],
+    [['nft', '-f', '/etc/nftables.conf']],
+    [['pfctl', '-n', '-f', '/etc/pf.conf']],
+    [['pfctl', '-sr', '-f', '/etc/pf.conf']],
+  ])('%j is a change', (argv) => {
+    expect(isReadOnlyCommand(argv)).toBe(false);
+  });
+
+  it.each([
+    [['ip', '-n', 'lab1', '-j', 'route', 'show']],
+    [['ip', '-j', '-4', 'rule', 'show']],
+    [['nft', '-j', '-t', 'list', 'ruleset']],
+    [['nft', '-c', '-f', '-']],
+    [['nft', '--version']],
+    [['sysctl', '-n', 'net.ipv4.ip_forward']],
+    [['pfctl', '-a', 'com.apple/250.egressguard', '-vsr']],
+  ])('%j is a read', (argv) => {
+    expect(isReadOnlyCommand(argv)).toBe(true);
+  });
+});

@@ -7,15 +7,21 @@ export function isReadOnlyCommand(argv: readonly string[]): boolean {
   const name = cmd?.split('/').pop();
   switch (name) {
     case 'nft':
-      return args.some((a) => ['list', 'monitor', '-c', '--check', '-v', '--version'].includes(a));
+      return isReadOnlyNft(args);
     case 'ip':
       return isReadOnlyIp(args);
     case 'tc':
       return isReadOnlyTc(args);
     case 'pfctl':
-      return args.some((a) => a === '-n' || a.startsWith('-s') || a.startsWith('-vs'));
+      // Not `-n`: pfctl processes `load anchor` even with -n (DESIGN.md §1, incident A).
+      return (
+        args.some((a) => /^-v*s/.test(a)) &&
+        !args.some((a) => /^-[a-zA-Z]*[fFeEdXkKTt]/.test(a) && !/^-v*s/.test(a))
+      );
     case 'sysctl':
-      return !args.some((a) => a === '-w' || a.includes('='));
+      return !args.some(
+        (a) => ['-w', '--write', '-p', '--load', '--system', '-f'].includes(a) || a.includes('='),
+      );
     case 'conntrack':
       return args.some((a) => a === '-L' || a === '--dump' || a === '-E' || a === '--event');
     case 'tcpdump':
@@ -32,10 +38,49 @@ export function isReadOnlyCommand(argv: readonly string[]): boolean {
   }
 }
 
+/** Words that are not options nor option values (`-n NAME`, `-f inet`, `-f FILE`, …). */
+function operands(args: readonly string[], withValue: ReadonlySet<string>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] ?? '';
+    if (a.startsWith('-')) {
+      if (withValue.has(a)) i++;
+      continue;
+    }
+    out.push(a);
+  }
+  return out;
+}
+
+const NFT_VALUE_OPTIONS = new Set(['-f', '--file', '-I', '--includepath', '-D', '--define']);
+
+/** `nft [options] list …` or `monitor`, or `nft -c …` (check only); never a `;` chain of commands. */
+function isReadOnlyNft(args: readonly string[]): boolean {
+  if (args.some((a) => a.includes(';'))) return false;
+  if (args.includes('-c') || args.includes('--check')) return true;
+  if (args.length > 0 && args.every((a) => a === '-v' || a === '--version')) return true;
+  if (args.some((a) => a === '-f' || a === '--file' || a === '-i' || a === '--interactive'))
+    return false;
+  const [verb] = operands(args, NFT_VALUE_OPTIONS);
+  return verb === 'list' || verb === 'monitor';
+}
+
 const IP_READ_VERBS = new Set(['show', 'list', 'ls', 'lst', 'get']);
+const IP_VALUE_OPTIONS = new Set([
+  '-n',
+  '-netns',
+  '-f',
+  '-family',
+  '-rc',
+  '-rcvbuf',
+  '-l',
+  '-loops',
+]);
 
 function isReadOnlyIp(args: readonly string[]): boolean {
-  const words = args.filter((a) => !a.startsWith('-'));
+  // A batch file or -force can hold any change.
+  if (args.some((a) => ['-b', '-batch', '-force'].includes(a))) return false;
+  const words = operands(args, IP_VALUE_OPTIONS);
   if (args.includes('-V') || args.includes('-Version')) return true;
   // `ip xfrm policy show`: xfrm has objects of its own, so its verb comes one word later.
   const [object, verb] = words[0] === 'xfrm' ? words.slice(1) : words;

@@ -183,6 +183,8 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
 
     start(argv, options) {
       const { child, exited } = spawn(argv, options.effect);
+      // Nobody reads a monitor's stderr; drain it so a chatty one never blocks on a full pipe.
+      child.stderr.resume();
       return {
         lines: createInterface({ input: child.stdout, crlfDelay: Infinity }),
         exited,
