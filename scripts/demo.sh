@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on embedded defaults: validate the bundled examples, explain what happens to a
-# few packets, then apply the VPN-gateway example inside a throwaway network namespace (never the
-# machine's own), show its status and counters, and remove it again.
+# packet, then prove the VPN-gateway example by measurement: `egressguard prove --lab` builds a
+# throwaway lab of network namespaces from the policy and its facts (never connected to this
+# machine's interfaces), applies with the real applier, runs the resident mode, injects every
+# fault and prints the summary. The lab is torn down whatever happens.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh >/dev/null
@@ -13,41 +15,19 @@ echo "== check: validate the examples and run their probes through the reference
 eg check testdata/policies/valid/*/policy.yaml
 
 echo
-echo "== explain: class vpn to the internet, tunnel up, then down"
-eg explain "$VPN" --from 10.10.0.5 --to 203.0.113.7 --proto tcp --port 443 --tunnel up
-echo
+echo "== explain: class vpn to the internet with the tunnel down"
 eg explain "$VPN" --from 10.10.0.5 --to 203.0.113.7 --proto tcp --port 443 --tunnel down
 
 if [[ $(id -u) -ne 0 ]]; then
-  echo "(not root: skipping the apply into a network namespace)"
+  echo "(not root: skipping prove --lab, which needs network namespaces)"
   exit 0
 fi
-NS="egdemo-$$"
-STATE="$(mktemp -d)"
-cleanup() { ip netns delete "$NS" 2>/dev/null || true; rm -rf "$STATE"; }
-trap cleanup EXIT
-ip netns add "$NS"
-ip -n "$NS" link set lo up
-for link in eth0 lan0 vwl0 iwl0 tun0; do
-  ip -n "$NS" link add "$link" type veth peer name "${link}p"
-  ip -n "$NS" link set "$link" up
-  ip -n "$NS" link set "${link}p" up
-done
-ip -n "$NS" addr add 198.51.100.2/24 dev eth0
-ip -n "$NS" addr add 192.168.1.1/24 dev lan0
-ip -n "$NS" addr add 10.10.0.1/24 dev vwl0
-ip -n "$NS" addr add 10.10.1.1/24 dev iwl0
-ip -n "$NS" addr add 10.200.0.2/32 dev tun0
-ip -n "$NS" route add default via 198.51.100.1 dev eth0
-
-export EGRESSGUARD_STATE_DIR="$STATE"
+OUT="${EGRESSGUARD_DEMO_OUT:-$(mktemp -d)}"
 echo
-echo "== plan and apply into network namespace $NS"
-eg plan "$VPN" --netns "$NS"
-eg apply "$VPN" --netns "$NS"
-echo
-echo "== status"
-eg status --netns "$NS" || true
-echo
-echo "== remove (routes and rules first, then the table)"
-eg remove --netns "$NS"
+echo "== prove --lab: the same policy, measured (evidence in $OUT)"
+# Every change happens inside the lab's namespaces: refuse anything in this machine's own.
+export EGRESSGUARD_ROOTNS_GUARD=1
+status=0
+eg prove "$VPN" --lab --progress --json "$OUT/proof.json" --junit "$OUT/proof.xml" || status=$?
+echo "(evidence: $OUT/proof.json, JUnit: $OUT/proof.xml; exit $status)"
+exit "$status"

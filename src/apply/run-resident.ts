@@ -4,6 +4,8 @@ import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import { FILES, readGeneration } from './generation.js';
 
+const LOCK_RETRY_MS = 250;
+
 export interface ResidentLogEntry {
   readonly time: string;
   readonly action: 'watching' | 'repaired-table' | 'readded-routes' | 'skipped' | 'error';
@@ -38,6 +40,7 @@ export async function runResident(input: {
     input.log({ time: new Date().toISOString(), action, message });
   };
 
+  let retry: ReturnType<typeof setTimeout> | undefined;
   // One reconcile at a time; events during one ask for exactly one more.
   const pass: { running: boolean; again: boolean } = { running: false, again: false };
   const shouldRunAgain = (): boolean => pass.again && !input.signal.aborted;
@@ -80,7 +83,13 @@ export async function runResident(input: {
       lock = acquireHostLock(input.state, 'repair the applied state');
     } catch (error) {
       if (isEgressguardError(error) && error.code === 'lock-held') {
+        // Soon, not at the next tick: the holder may be an apply that was killed mid-way, and
+        // nothing else will send an event.
         log('skipped', `another egressguard holds the host lock; retrying: ${error.message}`);
+        retry ??= setTimeout(() => {
+          retry = undefined;
+          if (!input.signal.aborted) onEvent({ kind: 'tick' });
+        }, LOCK_RETRY_MS);
         return;
       }
       throw error;
@@ -130,6 +139,7 @@ export async function runResident(input: {
   }, input.tickMs ?? 10_000);
   const stop = (): void => {
     clearInterval(tick);
+    if (retry !== undefined) clearTimeout(retry);
     void watcher.stop();
   };
   input.signal.addEventListener('abort', stop, { once: true });
