@@ -16,7 +16,7 @@ export function requirePolicy(file: string): { policy: Policy; parsed: ParseResu
   if (parsed.policy === undefined || hasErrors(parsed.issues)) {
     const errors = parsed.issues.filter((i) => i.severity === 'error');
     throw new EgressguardError(
-      'usage',
+      'policy-invalid',
       `Cannot use policy "${file}": it has ${errors.length} error${errors.length === 1 ? '' : 's'}:\n${errors.map(formatIssue).join('\n')}`,
       { hint: `run \`egressguard check ${file}\` for every problem` },
     );

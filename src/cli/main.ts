@@ -54,12 +54,26 @@ export async function main(
     if (error instanceof CommanderError) {
       return error.exitCode === 0 ? EXIT.ok : EXIT.error;
     }
-    if (isEgressguardError(error)) {
-      output.err.write(`${paint(output, 'red', 'error')}: ${error.message}\n`);
-      if (error.hint !== undefined)
-        output.err.write(`${paint(output, 'dim', `hint: ${error.hint}`)}\n`);
-      return EXIT.error;
+    const known = isEgressguardError(error);
+    const report = {
+      code: known ? error.code : 'internal',
+      message: known
+        ? error.message
+        : `Internal error: ${error instanceof Error ? error.message : String(error)}`,
+      hint: known
+        ? error.hint
+        : 'this is a bug in egressguard: please report it with the command you ran (EGRESSGUARD_DEBUG=1 prints the stack)',
+    };
+    if (argv.includes('--json')) {
+      output.out.write(`${JSON.stringify({ error: report }, null, 2)}\n`);
+    } else {
+      output.err.write(`${paint(output, 'red', 'error')}: ${report.message}\n`);
+      if (report.hint !== undefined)
+        output.err.write(`${paint(output, 'dim', `hint: ${report.hint}`)}\n`);
     }
-    throw error;
+    if (!known && process.env['EGRESSGUARD_DEBUG'] === '1' && error instanceof Error) {
+      output.err.write(`${error.stack ?? ''}\n`);
+    }
+    return known && error.code === 'policy-invalid' ? EXIT.failed : EXIT.error;
   }
 }

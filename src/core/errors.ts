@@ -1,6 +1,7 @@
 /** Stable codes of runtime failures; policy problems are data (see policy/issue.ts), not errors. */
 export type ErrorCode =
   | 'usage'
+  | 'policy-invalid'
   | 'io'
   | 'facts'
   | 'command-failed'

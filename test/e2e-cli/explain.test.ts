@@ -85,7 +85,23 @@ describe('explain errors', () => {
       '--to',
       '10.0.0.2',
     ]);
-    expect(result.exitCode).toBe(2);
+    expect(result.exitCode).toBe(1);
     expect(result.stderr).toContain('Cannot read policy "/nonexistent/policy.yaml": ENOENT');
+  });
+
+  it('reports errors as JSON under --json, with the same exit code', async () => {
+    const result = await runCli([
+      'explain',
+      join(REPO, 'testdata/policies/invalid/via-unknown-tunnel/policy.yaml'),
+      '--from',
+      '10.10.0.5',
+      '--to',
+      '203.0.113.7',
+      '--json',
+    ]);
+    expect(result.exitCode).toBe(1);
+    const json = JSON.parse(result.stdout) as { error: { code: string; message: string } };
+    expect(json.error.code).toBe('policy-invalid');
+    expect(json.error.message).toContain('unknown-interface');
   });
 });
