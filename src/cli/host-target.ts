@@ -10,7 +10,8 @@ import {
 } from '../backends/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
 import { applyGeneration, type ApplyReport } from '../apply/index.js';
-import { lowerPolicy, type PolicyIR } from '../ir/index.js';
+import { classesNotOnHost, lowerPolicy, type PolicyIR } from '../ir/index.js';
+import { DEFAULT_LABELS_FILE, readHostLabels } from './host-labels.js';
 import type { Policy } from '../policy/index.js';
 import { createRunner, type Runner } from '../runner/index.js';
 import { StateDir } from '../state/index.js';
@@ -71,11 +72,23 @@ export async function preparePolicy(
   options: { facts?: string | undefined },
 ): Promise<Prepared> {
   // The live listings are processes: let them run while this process validates the policy.
-  const gathering = options.facts === undefined ? gatherFacts(target.runner) : undefined;
+  const gathering =
+    options.facts === undefined
+      ? gatherFacts(target.runner, { labels: readHostLabels() })
+      : undefined;
   gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const { policy } = requirePolicy(file);
   const facts = gathering === undefined ? readHostFacts(options.facts ?? '') : await gathering;
   const ir = lowerPolicy(policy, facts);
+  // A class limited to other hosts is left out on purpose; say so, or its absence looks like a bug.
+  for (const skipped of classesNotOnHost(policy, facts)) {
+    const wanted = Object.entries(skipped.labels)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ');
+    process.stderr.write(
+      `warning: class "${skipped.name}" is not enforced on this host: it needs labels ${wanted} (set them in ${process.env['EGRESSGUARD_LABELS_FILE'] ?? DEFAULT_LABELS_FILE})\n`,
+    );
+  }
   const { artifacts, hash } = compileWithHash(target.backend.createCompiler(), {
     ir,
     facts,

@@ -29,3 +29,4 @@ export {
   type HashInput,
 } from './host-config-hash.js';
 export { evaluateProbes, type ProbeResult } from './evaluate-probes.js';
+export { classesNotOnHost } from './classes-on-host.js';

@@ -1,6 +1,7 @@
 import { AddressSet, parsePrefix, type Prefix } from '../core/index.js';
 import { resolveUplink, type HostFacts } from '../facts/index.js';
 import type { Policy, PolicyClass } from '../policy/index.js';
+import { isClassOnHost } from './classes-on-host.js';
 import type { ClassIR, PolicyIR } from './nodes.js';
 
 /** Lowers a validated policy, with the host's facts, to the immutable IR. */
@@ -17,7 +18,7 @@ export function lowerPolicy(policy: Policy, facts: HostFacts): PolicyIR {
     }
   }
   const classes = policy.classes
-    .filter((c) => Object.entries(c.labels).every(([k, v]) => facts.labels[k] === v))
+    .filter((c) => isClassOnHost(c, facts))
     .map((c) => lowerClass(c, uplink));
   return deepFreeze({
     kind: 'policy',

@@ -2,8 +2,8 @@ import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { gatherFacts, resolveUplink } from '../../facts/index.js';
 import { createRunner } from '../../runner/index.js';
-import { EgressguardError } from '../../core/index.js';
 import { EXIT } from '../exit-codes.js';
+import { parseLabel, readHostLabels } from '../host-labels.js';
 import { requirePolicy } from '../load-inputs.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
@@ -16,15 +16,11 @@ export interface FactsOptions {
 
 /** `facts`: reads this host (or a namespace): interfaces, routes, uplink, versions, labels. */
 export async function runFacts(options: FactsOptions, output: Output): Promise<number> {
-  const labels: Record<string, string> = {};
+  // The labels file first, then --label on top of it.
+  const labels: Record<string, string> = { ...readHostLabels() };
   for (const entry of options.label ?? []) {
-    const [key, ...rest] = entry.split('=');
-    if (key === undefined || key === '' || rest.length === 0) {
-      throw new EgressguardError('usage', `Cannot parse label "${entry}"`, {
-        hint: 'write --label key=value',
-      });
-    }
-    labels[key] = rest.join('=');
+    const [key, value] = parseLabel(entry, '--label');
+    labels[key] = value;
   }
   const facts = await gatherFacts(createRunner({ netns: options.netns }), { labels });
   const tunnels = options.policy === undefined ? [] : requirePolicy(options.policy).policy.tunnels;
