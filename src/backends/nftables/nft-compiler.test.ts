@@ -40,3 +40,15 @@ describe('nftables compiler golden files', () => {
     expect(compileCase('linux-vpn-gateway')).toEqual(compileCase('linux-vpn-gateway'));
   });
 });
+
+describe('nftables compiler dispatch (STYLE.md rule 2)', () => {
+  it('branches on selector.kind only by switch, so a new selector kind does not compile', () => {
+    const source = readFileSync(
+      fileURLToPath(new URL('./nft-compiler.ts', import.meta.url)),
+      'utf8',
+    );
+    // `if (x.kind === …)` and ternaries compile silently when a kind is added; switch + assertNever
+    // does not.
+    expect(source.match(/selector\.kind\s*[!=]==/g) ?? []).toEqual([]);
+  });
+});

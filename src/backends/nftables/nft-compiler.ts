@@ -6,6 +6,7 @@ import {
   type ClassIR,
   type PolicyIR,
   type RuleIR,
+  type SelectorIR,
 } from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
 import type { Artifact, CompileOptions, Compiler } from '../backend.js';
@@ -111,12 +112,7 @@ function compileRuleset(
         assertNever(cls.selector);
     }
     if (cls.nat) {
-      // Forwarded classes are matched by ingress too: a packet of no class that merely carries a
-      // class-range source (from the LAN, say) is not ours to rewrite.
-      const ingress =
-        cls.selector.kind === 'ingress'
-          ? `iifname ${nftSet(cls.selector.interfaces.map(ifnamePattern))} `
-          : '';
+      const ingress = natIngressMatch(cls.selector);
       for (const f of families) {
         const set = src[f];
         if (set === undefined) continue;
@@ -153,22 +149,43 @@ function compileRuleset(
   ].join('\n');
 }
 
+/**
+ * Forwarded classes are NATed by ingress too: a packet of no class that merely carries a
+ * class-range source (from the LAN, say) is not ours to rewrite.
+ */
+function natIngressMatch(selector: SelectorIR): string {
+  switch (selector.kind) {
+    case 'ingress':
+      return `iifname ${nftSet(selector.interfaces.map(ifnamePattern))} `;
+    case 'host':
+      return '';
+    default:
+      return assertNever(selector);
+  }
+}
+
 /** Fail closed without a policy: every class interface and host-class source is dropped. */
 function compileLockdown(ir: PolicyIR, table: string): string {
   const forward: string[] = [];
   const output: string[] = [];
   for (const cls of ir.classes) {
     const comment = `comment ${nftString(`lockdown ${cls.name}`)}`;
-    if (cls.selector.kind === 'ingress') {
-      forward.push(
-        `iifname ${nftSet(cls.selector.interfaces.map(ifnamePattern))} counter drop ${comment}`,
-      );
-    } else {
-      for (const f of [4, 6] as const) {
-        const cidrs = cls.selector.sources.toCidrs(f);
-        if (cidrs.length > 0)
-          output.push(`${FAMILY[f].addr} saddr ${nftSet(cidrs)} counter drop ${comment}`);
-      }
+    const selector = cls.selector;
+    switch (selector.kind) {
+      case 'ingress':
+        forward.push(
+          `iifname ${nftSet(selector.interfaces.map(ifnamePattern))} counter drop ${comment}`,
+        );
+        break;
+      case 'host':
+        for (const f of [4, 6] as const) {
+          const cidrs = selector.sources.toCidrs(f);
+          if (cidrs.length > 0)
+            output.push(`${FAMILY[f].addr} saddr ${nftSet(cidrs)} counter drop ${comment}`);
+        }
+        break;
+      default:
+        assertNever(selector);
     }
   }
   return [
@@ -284,26 +301,7 @@ function classChain(
     lines.push(...verdict(e, ND_MATCH, `${cls.name}/neighbour-discovery`, 'allow'));
     lines.push(...verdict(e, DHCP_MATCH, `${cls.name}/dhcp`, 'allow'));
   }
-  // Anti-spoofing (and IPv6 of a class without IPv6 prefixes): a workload with root can spoof.
-  if (cls.selector.kind === 'ingress') {
-    for (const f of [4, 6] as const) {
-      const set = ctx.src[f];
-      if (set !== undefined) {
-        lines.push(
-          ...verdict(
-            e,
-            `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr != @${set}`,
-            cls.antiSpoofingId,
-            'deny',
-          ),
-        );
-      } else if (f === 4) {
-        lines.push(...verdict(e, 'meta nfproto ipv4', cls.antiSpoofingId, 'deny'));
-      } else if (cls.blockUnlistedIpv6) {
-        lines.push(...verdict(e, 'meta nfproto ipv6', `${cls.name}/ipv6-block`, 'deny'));
-      }
-    }
-  }
+  lines.push(...antiSpoofing(e, cls, ctx.src));
   // The kill switch: before any rule and regardless of conntrack state, so an established flow
   // cannot keep leaving by the uplink once the tunnel is gone.
   if (cls.killSwitch !== null && ctx.hook !== 'input') {
@@ -340,6 +338,43 @@ function classChain(
     }
   });
   lines.push(...verdict(e, '', cls.defaultAction.id, cls.defaultAction.action));
+  return lines;
+}
+
+/**
+ * Anti-spoofing (and IPv6 of a class without IPv6 prefixes): a workload with root can spoof.
+ * A host class needs none: its dispatch rules jump by source address already.
+ */
+function antiSpoofing(e: Emitter, cls: ClassIR, src: Partial<Record<Family, string>>): string[] {
+  switch (cls.selector.kind) {
+    case 'ingress':
+      return sourceChecks(e, cls, src);
+    case 'host':
+      return [];
+    default:
+      return assertNever(cls.selector);
+  }
+}
+
+function sourceChecks(e: Emitter, cls: ClassIR, src: Partial<Record<Family, string>>): string[] {
+  const lines: string[] = [];
+  for (const f of [4, 6] as const) {
+    const set = src[f];
+    if (set !== undefined) {
+      lines.push(
+        ...verdict(
+          e,
+          `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr != @${set}`,
+          cls.antiSpoofingId,
+          'deny',
+        ),
+      );
+    } else if (f === 4) {
+      lines.push(...verdict(e, 'meta nfproto ipv4', cls.antiSpoofingId, 'deny'));
+    } else if (cls.blockUnlistedIpv6) {
+      lines.push(...verdict(e, 'meta nfproto ipv6', `${cls.name}/ipv6-block`, 'deny'));
+    }
+  }
   return lines;
 }
 
