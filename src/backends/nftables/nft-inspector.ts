@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Runner } from '../../runner/index.js';
 import { fingerprintTable, selectTable } from './nft-json.js';
 
@@ -20,7 +21,36 @@ const STAMP = /eg-hash:([0-9a-f]{64})/;
 
 export async function readLiveTable(runner: Runner, table: string): Promise<LiveTable> {
   const listing = await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' });
-  return parseLiveTable(listing.stdout, table);
+  const live = parseLiveTable(listing.stdout, table);
+  if (!live.present) return live;
+  // The terse listing has no set elements, so an added exception would be invisible. The sets
+  // that decide who a class is and where its kill switch lets it go are small: list those
+  // (~10 ms each, even beside a 100k-element blocklist, which is never listed) and fingerprint
+  // their elements too.
+  const watched = selectTable(listing.stdout, table)
+    .objects.filter((o) => o.kind === 'set' && stringOf(o.body['comment']).startsWith('class '))
+    .map((o) => stringOf(o.body['name']))
+    .sort();
+  const elements = await Promise.all(
+    watched.map(async (name) => {
+      const set = await runner.run(['nft', '-j', 'list', 'set', 'inet', table, name], {
+        effect: 'read',
+        allowFailure: true,
+      });
+      return `${name}:${set.exitCode === 0 ? JSON.stringify(elementsOf(set.stdout)) : 'unreadable'}`;
+    }),
+  );
+  return {
+    ...live,
+    fingerprint: createHash('sha256')
+      .update(`${live.fingerprint ?? ''}\n${elements.join('\n')}`)
+      .digest('hex'),
+  };
+}
+
+function elementsOf(json: string): unknown {
+  const parsed = JSON.parse(json) as { nftables?: { set?: { elem?: unknown } }[] };
+  return parsed.nftables?.find((o) => o.set !== undefined)?.set?.elem ?? [];
 }
 
 /** Pure: the live-table view of one `nft -j -t list ruleset` output. */
