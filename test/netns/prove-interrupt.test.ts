@@ -1,7 +1,7 @@
-import { readdirSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
+import { createRunner } from '../../src/runner/index.js';
 import { interruptProve } from './support/prove-cli.js';
 
 // `prove` interrupted with SIGTERM in the middle of a fault (egressguard being killed at each
@@ -22,13 +22,30 @@ describe('prove --lab interrupted', () => {
     expect(result.exitCode).toBe(143);
 
     const owner = result.pid.toString(36);
-    const { stdout: namespaces } = await execa('ip', ['netns', 'list']);
+    const { stdout: namespaces } = await createRunner({ guard: true }).run(
+      ['ip', 'netns', 'list'],
+      {
+        effect: 'read',
+      },
+    );
     expect(namespaces.split('\n').filter((n) => n.startsWith(`eglab-${owner}-`))).toEqual([]);
-    const { stdout: processes } = await execa('ps', ['-eo', 'args']);
-    expect(processes.split('\n').filter((p) => p.includes(`eglab-${owner}-`))).toEqual([]);
+    expect(commandLines().filter((c) => c.includes(`eglab-${owner}-`))).toEqual([]);
     const left = readdirSync(tmpdir()).filter(
       (f) => f.startsWith('egressguard-prove-') && !before.has(f),
     );
     expect(left).toEqual([]);
   }, 120_000);
 });
+
+/** Every process's command line, from /proc. */
+function commandLines(): string[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ');
+      } catch {
+        return '';
+      }
+    });
+}

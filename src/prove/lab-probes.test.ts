@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { loadVpnGateway } from './test-fixtures.js';
+
+describe('expandProbes', () => {
+  const { probes, skipped } = loadVpnGateway();
+
+  it('measures each policy probe as TCP, UDP and ICMP in both tunnel states', () => {
+    expect(skipped).toEqual([]);
+    expect(probes).toHaveLength(24);
+    expect(new Set(probes.map((p) => p.kind))).toEqual(new Set(['tcp', 'udp', 'icmp']));
+    expect(probes.filter((p) => p.state === 'up')).toHaveLength(12);
+  });
+
+  it('keeps the policy’s own expectation for the probes it states', () => {
+    const stated = probes.find(
+      (p) => p.key === '10.10.0.5 > 203.0.113.7 tcp/443 (tunnel down)' && !p.derived,
+    );
+    expect(stated?.expect).toMatchObject({ verdict: 'deny', stated: true });
+    expect(stated?.expect.decidedBy).toEqual({ kind: 'kill-switch', id: 'vpn/kill-switch' });
+    // The tunnel-up probe's variant is the same packet: both probes own it.
+    expect(stated?.origins).toEqual([
+      { requirement: 'R-VPN-01', index: 0 },
+      { requirement: 'R-VPN-01', index: 1 },
+    ]);
+  });
+
+  it('derives the other protocols and states from the reference evaluator', () => {
+    const udpUp = probes.find((p) => p.key === '10.10.0.5 > 203.0.113.7 udp/443 (tunnel up)');
+    expect(udpUp).toMatchObject({ derived: true, viaTunnel: true, className: 'vpn' });
+    expect(udpUp?.expect).toMatchObject({ verdict: 'allow', via: 'tun0', egress: '10.200.0.2' });
+  });
+
+  it('counts a probe of a class that ignores the tunnel as stated in both states', () => {
+    const internet = probes.filter(
+      (p) => p.className === 'internet' && p.kind === 'tcp' && !p.derived,
+    );
+    expect(internet.map((p) => p.state).sort()).toEqual(['down', 'up']);
+  });
+});
