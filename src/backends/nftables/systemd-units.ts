@@ -25,7 +25,7 @@ export function renderUnits(options: UnitOptions): Artifact[] {
       content: [
         '[Unit]',
         'Description=egressguard: load the last applied egress policy before the network',
-        'Documentation=https://egressguard.dev/docs/boot',
+        'Documentation=man:nft(8) man:ip-rule(8)',
         'DefaultDependencies=no',
         'Wants=network-pre.target',
         'Before=network-pre.target shutdown.target',

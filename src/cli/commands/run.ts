@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { runResident } from '../../apply/index.js';
+import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
@@ -62,7 +63,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             ...target,
             log: emit,
             signal: controller.signal,
-            tickMs: Number(opts.tick),
+            tickMs: parseTick(opts.tick),
           });
         } finally {
           process.off('SIGINT', stop);
@@ -71,4 +72,15 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         ctx.setExit(EXIT.ok);
       },
     );
+}
+
+/** The periodic check interval: at least 100 ms, or `run` would spin on nft and ip. */
+function parseTick(text: string): number {
+  const ms = Number(text);
+  if (!/^\d+$/.test(text) || ms < 100) {
+    throw new EgressguardError('usage', `Cannot use --tick "${text}"`, {
+      hint: 'give the interval in milliseconds, at least 100 (default 10000)',
+    });
+  }
+  return ms;
 }

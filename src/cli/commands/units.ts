@@ -15,7 +15,11 @@ export function registerUnits(program: Command, ctx: CommandContext): void {
       'Render the systemd units: boot-time restore before the network, the resident mode, the networkd drop-in',
     )
     .option('--policy <file>', 'also render egressguard.service, which runs this policy')
-    .option('--state-dir <dir>', 'state directory the units use', '/var/lib/egressguard')
+    .option(
+      '--state-dir <dir>',
+      'state directory the units use',
+      process.env['EGRESSGUARD_STATE_DIR'] ?? '/var/lib/egressguard',
+    )
     .option('--out <dir>', 'write the files into this directory (e.g. /etc/systemd/system)')
     .option('--json', 'print the files as JSON')
     .addHelpText(
