@@ -34,6 +34,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         file: string,
         opts: TargetOptions & { facts?: string; tick: string; json?: boolean },
       ) => {
+        const tickMs = parseTick(opts.tick);
         const target = resolveTarget(opts);
         const prepared = await preparePolicy(file, target, opts);
         const report = await applyPrepared(target, prepared);
@@ -63,7 +64,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             ...target,
             log: emit,
             signal: controller.signal,
-            tickMs: parseTick(opts.tick),
+            tickMs,
           });
         } finally {
           process.off('SIGINT', stop);
