@@ -257,7 +257,7 @@ export async function runScenario(
   } catch (caught) {
     error = messageOf(caught);
   }
-  const restores = await env.restores.unwind();
+  const restores = await env.restores.unwind({ onSignal: env.signal.aborted });
   const streamResults: {
     tracked: TrackedStream;
     result: StreamResult | undefined;
