@@ -18,6 +18,7 @@ export const ISSUE_CODES = {
   'missing-ingress': 'error',
   'ingress-on-host-class': 'error',
   'source-overlap': 'error',
+  'ingress-overlap': 'error',
   'tunnel-class-without-tunnel': 'error',
   'kill-switch-on-uplink': 'error',
   'kill-switch-audit': 'error',

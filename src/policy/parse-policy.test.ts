@@ -359,6 +359,69 @@ describe('classes and interfaces', () => {
   });
 });
 
+describe('ingress interfaces shared by classes', () => {
+  /** A policy of forwarded classes, each `name: [ingress…]` with its own sources. */
+  function classes(...specs: string[]): string {
+    return `${HEAD}classes:\n${specs
+      .map(
+        (spec, i) =>
+          `  ${spec.split(':')[0] ?? ''}:\n    ingress: ${spec.slice(spec.indexOf(':') + 1).trim()}\n    sources: [10.0.${i}.0/24]\n    default: allow\n`,
+      )
+      .join('')}`;
+  }
+
+  it('refuses an interface named by two classes', () => {
+    const { at, messages, result } = check(classes('a: [vwl0]', 'b: [vwl0]'));
+    expect(at).toEqual(['9:15 error ingress-overlap']);
+    expect(messages[0]).toBe(
+      'Ingress "vwl0" of class "b" is also an ingress of class "a": packets arriving on "vwl0" go to class "a"\'s chain first, whose anti-spoofing drops class "b"\'s traffic; an interface belongs to one class only: give it to one class',
+    );
+    expect(result.policy).toBeUndefined();
+  });
+
+  it("refuses a prefix that covers another class's interface, in either order", () => {
+    const { at, messages } = check(classes('a: [vwl0]', 'b: [br0, vwl*]'));
+    expect(at).toEqual(['9:20 error ingress-overlap']);
+    expect(messages[0]).toBe(
+      'Ingress "vwl*" of class "b" covers ingress "vwl0" of class "a": packets arriving on "vwl0" go to class "a"\'s chain first, whose anti-spoofing drops class "b"\'s traffic; an interface belongs to one class only: narrow the prefix or rename the interfaces',
+    );
+    expect(check(classes('a: [vwl*]', 'b: [vwl0]')).at).toEqual(['9:15 error ingress-overlap']);
+  });
+
+  it('refuses prefixes that cover each other, and not prefixes that do not', () => {
+    const { messages } = check(classes('a: [veth*]', 'b: [vethab*]', 'c: [vet]', 'd: [ve*x]'));
+    expect(messages.filter((m) => m.includes('overlap') || m.includes('cover'))).toEqual([
+      'Ingress "vethab*" of class "b" overlaps ingress "veth*" of class "a": interfaces named "vethab…" match both, and their packets go to class "a"\'s chain first, whose anti-spoofing drops class "b"\'s traffic; an interface belongs to one class only: narrow the prefix or rename the interfaces',
+    ]);
+  });
+
+  it('lets classes whose host labels conflict share an interface', () => {
+    const policy = `${HEAD}classes:
+  a:
+    ingress: [br0]
+    sources: [10.0.0.0/24]
+    hosts: { labels: { site: ams } }
+    default: allow
+  b:
+    ingress: [br*]
+    sources: [10.0.1.0/24]
+    hosts: { labels: { site: fra } }
+    default: deny
+  c:
+    ingress: [br0]
+    sources: [10.0.2.0/24]
+    hosts: { labels: { role: ci } }
+    default: deny
+`;
+    const { at, messages } = check(policy);
+    expect(at).toEqual(['15:15 error ingress-overlap', '15:15 error ingress-overlap']);
+    expect(messages[0]).toContain('Ingress "br0" of class "c" is also an ingress of class "a"');
+    expect(messages[1]).toContain(
+      'Ingress "br0" of class "c" is covered by ingress "br*" of class "b"',
+    );
+  });
+});
+
 describe('probes', () => {
   const probes = (lines: string) =>
     withClass('ingress: [br0]\nsources: [10.0.0.0/24]\ndefault: allow') +

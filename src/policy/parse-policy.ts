@@ -198,6 +198,7 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
     resolveClass(part, { collector, networks, tunnels, ruleIds }),
   );
   checkSourceOverlaps(classes, collector);
+  checkIngressOverlaps(classes, collector);
 
   const requirementIds = new Set<string>();
   const probeIds = new Map<string, { path: Path; explicit: boolean }>();
@@ -554,6 +555,72 @@ function checkSourceOverlaps(classes: readonly PolicyClass[], collector: IssueCo
       );
     }
   }
+}
+
+/**
+ * An interface belongs to one class: nft jumps to the chain of the first class whose ingress
+ * matches, and that chain's anti-spoofing drops every other class's sources (explain, which picks
+ * a class by ingress too, would then disagree with the kernel about the later class).
+ */
+function checkIngressOverlaps(classes: readonly PolicyClass[], collector: IssueCollector): void {
+  const usable = (pattern: string): boolean =>
+    findInterfaceNameProblem(pattern, { prefix: true }) === undefined;
+  classes.forEach((b, j) => {
+    if (b.origin !== 'forwarded') return;
+    b.ingress.forEach((pattern, k) => {
+      if (!usable(pattern)) return;
+      for (const a of classes.slice(0, j)) {
+        if (a.origin !== 'forwarded' || labelsDisjoint(a.labels, b.labels)) continue;
+        const found = a.ingress
+          .filter(usable)
+          .map((earlier) => ({ earlier, overlap: findIngressOverlap(earlier, pattern) }))
+          .find((o) => o.overlap !== undefined);
+        if (found?.overlap === undefined) continue;
+        const { relation, packets } = found.overlap;
+        const fix =
+          pattern.endsWith('*') || found.earlier.endsWith('*')
+            ? 'narrow the prefix or rename the interfaces'
+            : 'give it to one class';
+        collector.at(
+          ['classes', b.name, 'ingress', k],
+          'ingress-overlap',
+          `Ingress "${pattern}" of class "${b.name}" ${relation} of class "${a.name}": ${packets} go to class "${a.name}"'s chain first, whose anti-spoofing drops class "${b.name}"'s traffic; an interface belongs to one class only: ${fix}`,
+        );
+      }
+    });
+  });
+}
+
+/** Whether some interface name matches both ingress entries ("veth*" is a prefix), and how. */
+function findIngressOverlap(
+  earlier: string,
+  later: string,
+): { relation: string; packets: string } | undefined {
+  const isPrefix = { earlier: earlier.endsWith('*'), later: later.endsWith('*') };
+  const e = isPrefix.earlier ? earlier.slice(0, -1) : earlier;
+  const l = isPrefix.later ? later.slice(0, -1) : later;
+  if (!isPrefix.earlier && !isPrefix.later) {
+    return e === l
+      ? { relation: 'is also an ingress', packets: `packets arriving on "${e}"` }
+      : undefined;
+  }
+  if (!isPrefix.earlier) {
+    return e.startsWith(l)
+      ? { relation: `covers ingress "${earlier}"`, packets: `packets arriving on "${e}"` }
+      : undefined;
+  }
+  if (!isPrefix.later) {
+    return l.startsWith(e)
+      ? { relation: `is covered by ingress "${earlier}"`, packets: `packets arriving on "${l}"` }
+      : undefined;
+  }
+  const longer = e.length >= l.length ? e : l;
+  return longer.startsWith(e) && longer.startsWith(l)
+    ? {
+        relation: `overlaps ingress "${earlier}"`,
+        packets: `interfaces named "${longer}…" match both, and their packets`,
+      }
+    : undefined;
 }
 
 /** Two classes that require different values of one label never meet on a host. */
