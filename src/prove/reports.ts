@@ -34,7 +34,7 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
     const s = report.scenarios.find((r) => r.layer === layer);
     if (s === undefined || s.status === 'skipped') {
       lines.push(
-        `  ${layer}: not proven alone${s?.reason === null || s === undefined ? '' : ` (${s.reason})`}`,
+        `  ${layer}: not proven alone (${s === undefined ? 'its scenario did not run' : (s.reason ?? 'skipped')})`,
       );
       continue;
     }
@@ -93,6 +93,13 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
     paint('bold', 'Requirements') + '  (L1 evaluator, L2 lab steady state, L3 lab under faults)',
   );
   for (const c of report.coverage) {
+    if (!c.selected) {
+      lines.push(
+        `  - ${c.id}${c.safetyCritical ? ' (safety-critical)' : ''}: not selected (--only)`,
+      );
+      for (const p of c.strictProblems) lines.push(`      strict: ${p}`);
+      continue;
+    }
     const marks = (['L1', 'L2', 'L3'] as const)
       .map((l) => {
         const level = c.levels[l];
