@@ -22,6 +22,7 @@ export const ISSUE_CODES = {
   'tunnel-class-without-tunnel': 'error',
   'kill-switch-on-uplink': 'error',
   'kill-switch-audit': 'error',
+  'unsteerable-ipv6': 'error',
   'duplicate-id': 'error',
   'invalid-protocol': 'error',
   'port-range': 'error',

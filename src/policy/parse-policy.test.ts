@@ -304,6 +304,33 @@ describe('classes and interfaces', () => {
     ]);
   });
 
+  it('refuses "ipv6: allow" on a tunnel class without an IPv6 prefix: nothing would steer it', () => {
+    const tunnel = 'interfaces:\n  tunnels:\n    tun0: {}\n';
+    const { at, messages, result } = check(
+      withClass(
+        'ingress: [br0]\nsources: [10.0.0.0/24]\nipv6: allow\nvia: tun0\nkillSwitch: {}\ndefault: allow',
+        tunnel,
+      ),
+    );
+    expect(at).toEqual(['10:11 error unsteerable-ipv6']);
+    expect(messages).toEqual([
+      'Class "vm" leaves by tunnel "tun0" and lets its IPv6 through ("ipv6: allow"), but has no IPv6 source prefix: tunnel steering selects a class\'s packets by source, so its IPv6 would never reach the tunnel; add the class\'s IPv6 prefixes to sources, or leave ipv6 blocked',
+    ]);
+    expect(result.policy).toBeUndefined();
+    // With an IPv6 prefix, or by the uplink, it is fine.
+    expect(
+      check(
+        withClass(
+          "ingress: [br0]\nsources: [10.0.0.0/24, '2001:db8::/64']\nipv6: allow\nvia: tun0\nkillSwitch: {}\ndefault: allow",
+          tunnel,
+        ),
+      ).codes,
+    ).toEqual([]);
+    expect(
+      check(withClass('ingress: [br0]\nsources: [10.0.0.0/24]\nipv6: allow\ndefault: allow')).codes,
+    ).toEqual([]);
+  });
+
   it('checks the uplink and tunnel names', () => {
     const { at, messages } = check(
       withClass(

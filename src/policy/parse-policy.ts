@@ -370,6 +370,15 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
   const rules = resolved.map((r) => r.rule);
   const ipv6 = def.ipv6 ?? 'block';
   checkFamilies(name, resolved, { def, sources, ipv6, path, collector });
+  if (via.kind === 'tunnel' && ipv6 === 'allow' && !sources.isEmpty() && !sources.has(6)) {
+    // Steering is an `ip rule from <source>`: with no IPv6 prefix no rule selects the class's
+    // IPv6, which then takes the main table (or dies in the kill switch), not the tunnel.
+    collector.at(
+      [...path, 'ipv6'],
+      'unsteerable-ipv6',
+      `Class "${name}" leaves by tunnel "${via.name}" and lets its IPv6 through ("ipv6: allow"), but has no IPv6 source prefix: tunnel steering selects a class's packets by source, so its IPv6 would never reach the tunnel; add the class's IPv6 prefixes to sources, or leave ipv6 blocked`,
+    );
+  }
   for (const { index, by } of findShadowedRules(rules)) {
     const shadowed = resolved[index];
     if (shadowed === undefined) continue;
