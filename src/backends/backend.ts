@@ -13,6 +13,14 @@ export interface CompileOptions {
   readonly tableName?: string;
   /** The host config hash to stamp, or the blank stamp while hashing. */
   readonly stamp?: string;
+  /**
+   * Policy routing of tunnel classes: the first owned routing table id and `ip rule` priority
+   * (each steered tunnel takes the next). Absent: the backend's defaults.
+   */
+  readonly steering?: {
+    readonly table?: number | undefined;
+    readonly priority?: number | undefined;
+  };
 }
 
 /** Pure: IR + facts → artifacts. No clock, filesystem, process or network. */

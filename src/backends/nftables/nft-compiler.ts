@@ -10,7 +10,7 @@ import {
 } from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
 import type { Artifact, CompileOptions, Compiler } from '../backend.js';
-import { createNamer, nftString } from './nft-names.js';
+import { checkTableName, createNamer, nftString } from './nft-names.js';
 import { compileSteering, STEERING_ARTIFACT } from './steering.js';
 
 export const DEFAULT_TABLE = 'egressguard';
@@ -40,11 +40,13 @@ const DHCP_MATCH =
 export function createNftCompiler(): Compiler {
   return {
     compile(ir: PolicyIR, facts: HostFacts, options: CompileOptions = {}): readonly Artifact[] {
-      const table = options.tableName ?? DEFAULT_TABLE;
+      // The name is written into the nft transaction: "x {}; flush ruleset; table inet x"
+      // would otherwise be a ruleset of its own.
+      const table = checkTableName(options.tableName ?? DEFAULT_TABLE);
       const stamp = options.stamp ?? BLANK_STAMP;
       return [
         { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp, facts }) },
-        { name: STEERING_ARTIFACT, content: compileSteering(ir) },
+        { name: STEERING_ARTIFACT, content: compileSteering(ir, options.steering) },
         { name: LOCKDOWN_ARTIFACT, content: compileLockdown(ir, table) },
       ];
     },

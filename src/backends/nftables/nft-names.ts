@@ -1,3 +1,18 @@
+import { EgressguardError } from '../../core/index.js';
+
+// Stricter than nft's own identifier rule on purpose: a name we interpolate into a transaction
+// and into argv must never carry ";", braces, quotes or whitespace.
+const TABLE_NAME = /^[A-Za-z][A-Za-z0-9_]{0,31}$/;
+
+/** Returns the owned table's name, or throws a usage error when it is not a plain identifier. */
+export function checkTableName(name: string): string {
+  if (TABLE_NAME.test(name)) return name;
+  throw new EgressguardError(
+    'usage',
+    `Cannot use nft table name "${name}": a table name is a letter followed by at most 31 letters, digits or "_"`,
+  );
+}
+
 /**
  * nft identifiers for our objects. Names allow letters, digits and "/_.-" (checked on nft 1.0.6);
  * anything else in a policy id is replaced, and a suffix keeps names unique.

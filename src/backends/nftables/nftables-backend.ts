@@ -19,6 +19,7 @@ import {
 } from './nft-applier.js';
 import { readLiveTable } from './nft-inspector.js';
 import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
+import { checkTableName } from './nft-names.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
@@ -71,7 +72,7 @@ function steeringScope(spec: SteeringSpec | undefined): Pick<SteeringSpec, 'prot
 
 function createNftApplier(context: BackendContext): Applier {
   const { runner } = context;
-  const table = context.tableName ?? DEFAULT_TABLE;
+  const table = checkTableName(context.tableName ?? DEFAULT_TABLE);
   return {
     async plan(artifacts) {
       const ruleset = artifact(artifacts, RULESET_ARTIFACT);
@@ -102,7 +103,7 @@ function createNftApplier(context: BackendContext): Applier {
           'apply-failed',
           `Cannot apply: routing state we do not own is in the way: ${liveSteering.collisions.join('; ')}`,
           {
-            hint: 'run `egressguard doctor`; move the other rule or route, or change our table/priority',
+            hint: 'run `egressguard doctor`; move the other rule or route, or choose our routing table and rule priority (--route-table, --rule-priority)',
           },
         );
       }
@@ -174,7 +175,7 @@ function createNftApplier(context: BackendContext): Applier {
 
 function createNftInspector(context: BackendContext): Inspector {
   const { runner } = context;
-  const table = context.tableName ?? DEFAULT_TABLE;
+  const table = checkTableName(context.tableName ?? DEFAULT_TABLE);
   return {
     async read(expected): Promise<LiveState> {
       const live = await readLiveTable(runner, table);

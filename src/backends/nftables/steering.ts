@@ -1,5 +1,6 @@
-import type { Family } from '../../core/index.js';
+import { EgressguardError, type Family } from '../../core/index.js';
 import type { PolicyIR } from '../../ir/index.js';
+import type { CompileOptions } from '../backend.js';
 
 export const STEERING_ARTIFACT = 'steering.json';
 
@@ -53,14 +54,24 @@ export interface SteeringSpec {
  * worse metric. Never `suppress_prefixlength 0`: DHCP-pushed specific routes (option 121,
  * "TunnelVision") would then pull class traffic out of the tunnel.
  */
-export function buildSteering(ir: PolicyIR): SteeringSpec {
+export function buildSteering(
+  ir: PolicyIR,
+  options: CompileOptions['steering'] = {},
+): SteeringSpec {
   const d = STEERING_DEFAULTS;
   const tunnelClasses = ir.classes.filter((c) => c.via.kind === 'tunnel');
   const tunnelNames = [...new Set(tunnelClasses.map((c) => c.via.interface))].sort();
+  const firstTable = options.table ?? d.table;
+  const firstPriority = options.priority ?? d.priority;
+  // Checked even when nothing is steered: a bad value fails on every host, not on the first
+  // one that has a tunnel class.
+  const count = Math.max(tunnelNames.length, 1);
+  checkTables(firstTable, count);
+  checkPriorities(firstPriority, count);
   const tunnels = tunnelNames.map((name, i) => ({
     name,
-    table: d.table + i,
-    priority: d.priority + i,
+    table: firstTable + i,
+    priority: firstPriority + i,
   }));
   const rules: SteeringRule[] = [];
   const routes: SteeringRoute[] = [];
@@ -105,6 +116,51 @@ export function buildSteering(ir: PolicyIR): SteeringSpec {
   return { protocol: d.protocol, tunnels, rules, routes };
 }
 
-export function compileSteering(ir: PolicyIR): string {
-  return `${JSON.stringify(buildSteering(ir), null, 2)}\n`;
+export function compileSteering(ir: PolicyIR, options: CompileOptions['steering']): string {
+  return `${JSON.stringify(buildSteering(ir, options), null, 2)}\n`;
+}
+
+// rtnetlink reserves these ids (include/uapi/linux/rtnetlink.h, RT_TABLE_*); 0 is "unspec".
+const RESERVED_TABLES: Readonly<Record<number, string>> = {
+  253: 'the default table',
+  254: 'the main table',
+  255: 'the local table',
+};
+const MAX_TABLE = 2 ** 31 - 1;
+// Priority 0 is the local table's rule, 32766 main's and 32767 default's (fib_rules defaults).
+const MAX_PRIORITY = 32765;
+
+function checkTables(first: number, count: number): void {
+  for (let i = 0; i < count; i++) {
+    const table = first + i;
+    const reserved = RESERVED_TABLES[table];
+    const problem = !Number.isInteger(first)
+      ? 'it is not a whole number'
+      : table < 1 || table > MAX_TABLE
+        ? 'it is out of range'
+        : reserved === undefined
+          ? undefined
+          : `it is ${reserved}`;
+    if (problem === undefined) continue;
+    throw new EgressguardError(
+      'usage',
+      `Cannot use routing table "${table}" for steering${spanNote(first, count, i)}: ${problem}; choose a table id from 1 to ${MAX_TABLE} other than 253, 254 and 255 (default, main, local)`,
+    );
+  }
+}
+
+function checkPriorities(first: number, count: number): void {
+  for (let i = 0; i < count; i++) {
+    const priority = first + i;
+    if (Number.isInteger(first) && priority >= 1 && priority <= MAX_PRIORITY) continue;
+    throw new EgressguardError(
+      'usage',
+      `Cannot use rule priority "${priority}" for steering${spanNote(first, count, i)}: choose a priority from 1 to ${MAX_PRIORITY} (0 is the local table's rule, 32766 and 32767 are main and default)`,
+    );
+  }
+}
+
+/** Where a value past the first came from: ids count up, one per steered tunnel. */
+function spanNote(first: number, count: number, index: number): string {
+  return index === 0 ? '' : ` (${count} are needed, counting up from ${first})`;
 }
