@@ -1,2 +1,8 @@
 export { StateDir } from './state-dir.js';
-export { acquireHostLock, type HostLock } from './host-lock.js';
+export { acquireHostLock, acquireHostLockWaiting, type HostLock } from './host-lock.js';
+export {
+  currentBootId,
+  isProcessAlive,
+  ownIdentity,
+  type ProcessIdentity,
+} from './process-identity.js';
