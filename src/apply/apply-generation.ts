@@ -5,6 +5,7 @@ import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import {
   FILES,
+  pruneGenerations,
   readGeneration,
   writeGeneration,
   writeJson,
@@ -110,6 +111,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     };
     if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
     writeGeneration(input.state, FILES.applied, generation);
+    pruneGenerations(input.state);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
     return { generation, previous: current, deferred, changed: true };

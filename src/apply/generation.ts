@@ -75,7 +75,9 @@ export function readGeneration(state: StateDir, name: string): Generation | unde
 
 /**
  * Records a generation as `name` (applied.json, previous.json). Artifact files are written once
- * per generation and never rewritten; directories no generation points at are removed.
+ * per generation and never rewritten. It never prunes: while an operation rewrites its records,
+ * a directory none points at yet may be the next one's (a revert swaps applied and previous);
+ * each operation calls pruneGenerations once, after its last record.
  */
 export function writeGeneration(state: StateDir, name: string, generation: Generation): void {
   const dir = `${GENERATIONS}/${generation.number}-${generation.hash.slice(0, 16)}`;
@@ -87,10 +89,10 @@ export function writeGeneration(state: StateDir, name: string, generation: Gener
   });
   const stored: StoredGeneration = { ...generation, artifacts };
   writeJson(state, name, stored);
-  pruneGenerations(state);
 }
 
-function pruneGenerations(state: StateDir): void {
+/** Removes the artifact directories that neither applied.json nor previous.json points at. */
+export function pruneGenerations(state: StateDir): void {
   const keep = new Set<string>();
   for (const name of [FILES.applied, FILES.previous]) {
     try {
@@ -101,6 +103,7 @@ function pruneGenerations(state: StateDir): void {
     }
   }
   const root = state.file(GENERATIONS);
+  if (!existsSync(root)) return;
   for (const entry of readdirSync(root)) {
     if (!keep.has(entry)) rmSync(join(root, entry), { recursive: true, force: true });
   }

@@ -2,7 +2,13 @@ import type { Backend } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import { removeFile } from './apply-generation.js';
-import { FILES, readGeneration, writeGeneration, writeJson } from './generation.js';
+import {
+  FILES,
+  pruneGenerations,
+  readGeneration,
+  writeGeneration,
+  writeJson,
+} from './generation.js';
 
 /** Removes what egressguard owns (routing first, then the table) and records that it did. */
 export async function removeGeneration(input: {
@@ -27,6 +33,7 @@ export async function removeGeneration(input: {
     }
     // Boot-time restore reads this: an explicit removal must not come back as a lockdown.
     writeJson(input.state, 'removed.json', { removedAt: new Date().toISOString(), removed });
+    pruneGenerations(input.state);
     return removed;
   } finally {
     lock.release();

@@ -2,7 +2,13 @@ import type { Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
-import { FILES, readGeneration, writeGeneration, type Generation } from './generation.js';
+import {
+  FILES,
+  pruneGenerations,
+  readGeneration,
+  writeGeneration,
+  type Generation,
+} from './generation.js';
 
 export type RestoreOutcome =
   | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
@@ -51,6 +57,7 @@ export async function restoreGeneration(input: {
         const replaced = readCurrent(input.state);
         writeGeneration(input.state, FILES.applied, generation);
         if (replaced !== undefined) writeGeneration(input.state, FILES.previous, replaced);
+        pruneGenerations(input.state);
       }
       return { kind: 'restored', generation: generation.number, deferred };
     }

@@ -276,9 +276,12 @@ describe.concurrent('apply --confirm-within', () => {
       expect(after).toBeLessThanOrEqual(8000);
       // Once the revert has finished, the state says what is live.
       const pending = join(state.path, 'netns', lab.ns(HOST), 'pending-confirm.json');
-      await pollUntil(() => Promise.resolve(existsSync(pending) ? undefined : true), {
-        timeoutMs: 3000,
-      });
+      // The revert finished (a revert that crashed would leave the file behind).
+      expect(
+        await pollUntil(() => Promise.resolve(existsSync(pending) ? undefined : true), {
+          timeoutMs: 3000,
+        }),
+      ).toBe(true);
       expect(await status(lab, state.path)).toMatchObject({
         condition: 'InSync',
         exitCode: 0,

@@ -1,0 +1,102 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FILES, readGeneration } from '../../src/apply/index.js';
+import type { Lab } from '../../src/prove/index.js';
+import { StateDir } from '../../src/state/index.js';
+import {
+  HOST,
+  POLICY_A,
+  apply,
+  cli,
+  createGatewayLab,
+  createTempDir,
+  liveStamp,
+  status,
+  target,
+  writePolicyB,
+} from './support/vpn-gateway-lab.js';
+
+// Confirm or revert (DESIGN.md §5), driven step by step: the revert the timer would run is run
+// here at once (`restore --unconfirmed N`), so each case takes a second, not a timeout. The timer
+// processes the applies start are killed by pid when each case ends. Real kernel, one lab; each
+// case has a state directory of its own.
+
+describe('confirm or revert', () => {
+  let lab: Lab;
+  const dirs: ReturnType<typeof createTempDir>[] = [];
+
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+  });
+
+  afterAll(async () => {
+    killTimers(dirs.map((d) => d.path));
+    await lab.destroy();
+    for (const dir of dirs) dir.dispose();
+  });
+
+  /** A fresh state directory, with nothing of ours live in the lab. */
+  const fresh = async (name: string): Promise<{ path: string; state: StateDir }> => {
+    const dir = createTempDir(`egtest-confirm-${name}`);
+    dirs.push(dir);
+    const removed = await cli(['remove', ...target(lab, dir.path)]);
+    expect(removed.exitCode).toBe(0);
+    return { path: dir.path, state: new StateDir({ root: dir.path, netns: lab.ns(HOST) }) };
+  };
+
+  const pendingOf = (state: StateDir): { generation: number } | undefined => {
+    const text = state.read(FILES.confirm);
+    return text === undefined ? undefined : (JSON.parse(text) as { generation: number });
+  };
+
+  it('reverts an unconfirmed apply to the previous generation and records both', async () => {
+    const { path, state } = await fresh('previous');
+    const a = await apply(lab, path, POLICY_A);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    expect(b).toMatchObject({ changed: true, generation: 2 });
+    expect(pendingOf(state)).toMatchObject({ generation: 2 });
+
+    const reverted = await cli(['restore', '--unconfirmed', '2', ...target(lab, path)]);
+    expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(await liveStamp(lab)).toBe(a.hash);
+    expect(pendingOf(state)).toBeUndefined();
+    // The generation put back is the applied one; the one reverted is kept as previous, whole.
+    expect(readGeneration(state, FILES.applied)).toMatchObject({ number: 1, hash: a.hash });
+    const previous = readGeneration(state, FILES.previous);
+    expect(previous).toMatchObject({ number: 2, hash: b.hash });
+    for (const artifact of previous?.artifacts ?? []) expect(artifact.content).not.toBe('');
+    expect(await status(lab, path)).toMatchObject({
+      condition: 'InSync',
+      appliedHash: a.hash,
+      liveHash: a.hash,
+    });
+    // Nothing is left to confirm: a late `confirm` must not claim the reverted generation.
+    const late = await cli(['confirm', ...target(lab, path)]);
+    expect(late.exitCode).toBe(2);
+    expect(late.stderr).toContain('Nothing to confirm');
+  });
+});
+
+/**
+ * Kills the revert timers (detached `restore --unconfirmed … --after S` processes) that applies
+ * with these state directories started, by pid, so none outlives the test.
+ */
+function killTimers(stateDirs: readonly string[]): void {
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    let argv: string[];
+    try {
+      argv = readFileSync(join('/proc', pid, 'cmdline'), 'utf8').split('\0');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const dir = argv[argv.indexOf('--state-dir') + 1];
+    if (argv.includes('--unconfirmed') && dir !== undefined && stateDirs.includes(dir)) {
+      try {
+        process.kill(Number(pid), 'SIGKILL');
+      } catch {
+        // Already gone.
+      }
+    }
+  }
+}
