@@ -63,3 +63,39 @@ describe('evaluatePacket: what the host takes as its own', () => {
     expect(v6.addresses.contains(6, 0x20010db8005000000000000000000002n)).toBe(false);
   });
 });
+
+describe('evaluatePacket: a tunnel class without a kill switch', () => {
+  const valid = fileURLToPath(new URL('../../testdata/policies/valid/', import.meta.url));
+  const invalid = fileURLToPath(new URL('../../testdata/policies/invalid/', import.meta.url));
+  const gatewayFacts = parseHostFacts(
+    JSON.parse(readFileSync(`${valid}linux-vpn-gateway/facts.json`, 'utf8')),
+    'facts.json',
+  );
+  // Legal, with a warning: the class leaves by tun0 and has no kill switch.
+  const parsed = parsePolicy(
+    readFileSync(`${invalid}tunnel-without-kill-switch/policy.yaml`, 'utf8'),
+    'policy.yaml',
+  );
+  if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
+  const vpn = lowerPolicy(parsed.policy, gatewayFacts);
+  const packet = parsePacket({ from: '10.10.0.5', to: '203.0.113.7', protocol: 'tcp', port: 443 });
+  const gatewayHost = createHostView(gatewayFacts);
+
+  it('leaves by the tunnel while it is up, steered by the owned table', () => {
+    expect(evaluatePacket(vpn, gatewayHost, packet, { tunnel: 'up' })).toMatchObject({
+      verdict: 'allow',
+      via: 'tun0',
+      layers: ['routing', 'filter'],
+    });
+  });
+
+  // The owned table of a class without a kill switch has no blackhole: with the tunnel's routes
+  // gone, its lookup falls through to the main table, which alone decides the way out.
+  it('falls back to the main table and the uplink while it is down, as the warning says', () => {
+    const down = evaluatePacket(vpn, gatewayHost, packet, { tunnel: 'down' });
+    expect(down).toMatchObject({ verdict: 'allow', via: 'eth0', layers: ['filter'] });
+    expect(down.notes).toEqual([
+      'Tunnel "tun0" is down and class "vpn" has no kill switch: its owned routing table has no blackhole, so it falls back to the main table and leaves by "eth0"',
+    ]);
+  });
+});

@@ -231,9 +231,11 @@ export function evaluatePacket(
             `Tunnel "${cls.via.interface}" is down: the owned routing table's blackhole and the firewall's kill switch each drop it`,
           ]);
         }
+        // Its owned table has no blackhole: the lookup falls through, and main alone routes it.
         route = { kind: 'main', interface: lookupRoute(host, packet) };
+        layers = LAYERS_FILTER;
         notes.push(
-          `Tunnel "${cls.via.interface}" is down and class "${cls.name}" has no kill switch: it falls back to the main table`,
+          `Tunnel "${cls.via.interface}" is down and class "${cls.name}" has no kill switch: its owned routing table has no blackhole, so it falls back to the main table${route.interface === null ? '' : ` and leaves by "${route.interface}"`}`,
         );
       }
     } else {

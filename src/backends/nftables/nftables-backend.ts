@@ -215,10 +215,12 @@ function createNftInspector(context: BackendContext): Inspector {
   };
 }
 
+/** Each tunnel once, though a tunnel has a steering group with and one without kill switch. */
 async function readTunnels(
   runner: Runner,
-  names: readonly string[],
+  steered: readonly string[],
 ): Promise<LiveState['tunnels']> {
+  const names = [...new Set(steered)];
   if (names.length === 0) return [];
   const result = await runner.run(['ip', '-j', 'link', 'show'], { effect: 'read' });
   const links = JSON.parse(result.stdout || '[]') as {

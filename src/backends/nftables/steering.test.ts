@@ -120,6 +120,83 @@ describe('steering table ids and rule priorities', () => {
   });
 });
 
+describe('steering of classes with and without a kill switch', () => {
+  // Class a has a kill switch, class b on the same tunnel has none: with the tunnel down, a is
+  // blackholed and b must fall back to the main table, as explain and the warning say.
+  const MIXED = lower(`  a:
+    ingress: [vwl0]
+    sources: [10.10.0.0/24, '2001:db8:10::/64']
+    via: tun0
+    killSwitch: { except: [192.168.0.0/16] }
+    default: allow
+  b:
+    ingress: [iwl0]
+    sources: [10.10.1.0/24]
+    via: tun0
+    default: allow
+`);
+
+  it('gives each its own table and priority, the kill switch first', () => {
+    const spec = buildSteering(MIXED);
+    expect(spec.tunnels).toEqual([
+      { name: 'tun0', killSwitch: true, table: 7350, priority: 7350 },
+      { name: 'tun0', killSwitch: false, table: 7351, priority: 7351 },
+    ]);
+    expect(spec.rules).toEqual([
+      { family: 4, from: '10.10.0.0/24', table: 7350, priority: 7350 },
+      { family: 6, from: '2001:db8:10::/64', table: 7350, priority: 7350 },
+      { family: 4, from: '10.10.1.0/24', table: 7351, priority: 7351 },
+    ]);
+  });
+
+  it('blackholes only the table of the kill-switch classes', () => {
+    const routes = buildSteering(MIXED).routes.map(
+      (r) =>
+        `${r.table} ${r.type} ${r.destination}${r.device === undefined ? '' : ` dev ${r.device}`}`,
+    );
+    expect(routes.filter((r) => r.includes('blackhole'))).toEqual([
+      '7350 blackhole 0.0.0.0/0',
+      '7350 blackhole ::/0',
+    ]);
+    // With the tunnel down its default vanishes, and only throws remain: the lookup falls
+    // through to the main table. The kill switch's exceptions are not b's business.
+    expect(routes.filter((r) => r.startsWith('7351 '))).toEqual([
+      '7351 unicast 0.0.0.0/0 dev tun0',
+      '7351 throw 10.10.0.0/23',
+      '7351 throw 192.168.1.0/24',
+    ]);
+    expect(routes).toContain('7350 throw 192.168.0.0/16');
+  });
+
+  it('numbers tables across tunnels and groups in one sequence', () => {
+    const ir = lower(`  a:
+    ingress: [vwl0]
+    sources: [10.10.0.0/24]
+    via: tun1
+    default: allow
+  b:
+    ingress: [iwl0]
+    sources: [10.10.1.0/24]
+    via: tun0
+    killSwitch: {}
+    default: allow
+  c:
+    ingress: [lan0]
+    sources: [10.10.2.0/24]
+    via: tun1
+    killSwitch: {}
+    default: allow
+`);
+    expect(
+      buildSteering(ir, { table: 500 }).tunnels.map((t) => [t.name, t.killSwitch, t.table]),
+    ).toEqual([
+      ['tun0', true, 500],
+      ['tun1', true, 501],
+      ['tun1', false, 502],
+    ]);
+  });
+});
+
 describe('nft table name', () => {
   it('refuses a name that would inject into the nft transaction', () => {
     const compile = (tableName: string) =>

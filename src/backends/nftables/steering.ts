@@ -6,9 +6,9 @@ export const STEERING_ARTIFACT = 'steering.json';
 
 /** Defaults chosen away from wg-quick (table 51820) and Tailscale (table 52, 5210–5270). */
 export const STEERING_DEFAULTS = {
-  /** First owned routing table; one per tunnel. */
+  /** First owned routing table; one per steering group (tunnel, with or without kill switch). */
   table: 7350,
-  /** First `ip rule` priority; one per tunnel, before main (32766). */
+  /** First `ip rule` priority; one per steering group, before main (32766). */
   priority: 7350,
   /** rt_protos value that tags every rule and route we own. */
   protocol: 104,
@@ -36,23 +36,38 @@ export interface SteeringRoute {
   readonly metric: number;
 }
 
+/**
+ * One owned routing table and rule priority: the classes of one tunnel that share whether they
+ * have a kill switch.
+ */
+export interface SteeringGroup {
+  readonly name: string;
+  /**
+   * Whether the table holds a blackhole behind the tunnel default. Absent in artifacts compiled
+   * before classes without a kill switch had tables of their own (all were blackholed then).
+   */
+  readonly killSwitch?: boolean;
+  readonly table: number;
+  readonly priority: number;
+}
+
 /** Policy routing for tunnel classes, as data the applier diffs against live state. */
 export interface SteeringSpec {
   readonly protocol: number;
-  readonly tunnels: readonly {
-    readonly name: string;
-    readonly table: number;
-    readonly priority: number;
-  }[];
+  /** The steering groups, tunnel by tunnel (a tunnel's name appears once per group). */
+  readonly tunnels: readonly SteeringGroup[];
   readonly rules: readonly SteeringRule[];
   readonly routes: readonly SteeringRoute[];
 }
 
 /**
  * Each tunnel class gets an `ip rule` from its sources to an owned table whose default goes via
- * the tunnel, with `throw` routes for excepted and local prefixes and a blackhole default at a
- * worse metric. Never `suppress_prefixlength 0`: DHCP-pushed specific routes (option 121,
- * "TunnelVision") would then pull class traffic out of the tunnel.
+ * the tunnel, with `throw` routes for excepted and local prefixes. Never `suppress_prefixlength
+ * 0`: DHCP-pushed specific routes (option 121, "TunnelVision") would then pull class traffic out
+ * of the tunnel. Classes with a kill switch share a table with a blackhole default at a worse
+ * metric; classes without one get a table of their own and no blackhole, so that when the
+ * tunnel's routes vanish with its link the lookup falls through to the main table (what explain
+ * and the `tunnel-without-kill-switch` warning promise).
  */
 export function buildSteering(
   ir: PolicyIR,
@@ -60,56 +75,64 @@ export function buildSteering(
 ): SteeringSpec {
   const d = STEERING_DEFAULTS;
   const tunnelClasses = ir.classes.filter((c) => c.via.kind === 'tunnel');
-  const tunnelNames = [...new Set(tunnelClasses.map((c) => c.via.interface))].sort();
+  const groups = [...new Set(tunnelClasses.map((c) => c.via.interface))]
+    .sort()
+    .flatMap((name) =>
+      [true, false]
+        .filter((killSwitch) =>
+          tunnelClasses.some(
+            (c) => c.via.interface === name && (c.killSwitch !== null) === killSwitch,
+          ),
+        )
+        .map((killSwitch) => ({ name, killSwitch })),
+    );
   const firstTable = options.table ?? d.table;
   const firstPriority = options.priority ?? d.priority;
   // Checked even when nothing is steered: a bad value fails on every host, not on the first
   // one that has a tunnel class.
-  const count = Math.max(tunnelNames.length, 1);
+  const count = Math.max(groups.length, 1);
   checkTables(firstTable, count);
   checkPriorities(firstPriority, count);
-  const tunnels = tunnelNames.map((name, i) => ({
-    name,
+  const tunnels = groups.map((group, i): SteeringGroup => ({
+    ...group,
     table: firstTable + i,
     priority: firstPriority + i,
   }));
   const rules: SteeringRule[] = [];
   const routes: SteeringRoute[] = [];
-  for (const tunnel of tunnels) {
-    const classes = tunnelClasses.filter((c) => c.via.interface === tunnel.name);
+  for (const group of tunnels) {
+    const classes = tunnelClasses.filter(
+      (c) => c.via.interface === group.name && (c.killSwitch !== null) === group.killSwitch,
+    );
+    const { table, priority } = group;
     for (const f of [4, 6] as const) {
       const sources = classes.flatMap((c) => c.selector.sources.toCidrs(f));
       if (sources.length === 0) continue;
-      for (const from of sources)
-        rules.push({ family: f, from, table: tunnel.table, priority: tunnel.priority });
+      for (const from of sources) rules.push({ family: f, from, table, priority });
       const any = f === 4 ? '0.0.0.0/0' : '::/0';
       routes.push({
         family: f,
-        table: tunnel.table,
+        table,
         type: 'unicast',
         destination: any,
-        device: tunnel.name,
+        device: group.name,
         metric: d.tunnelMetric,
       });
-      routes.push({
-        family: f,
-        table: tunnel.table,
-        type: 'blackhole',
-        destination: any,
-        metric: d.blackholeMetric,
-      });
+      if (group.killSwitch) {
+        routes.push({
+          family: f,
+          table,
+          type: 'blackhole',
+          destination: any,
+          metric: d.blackholeMetric,
+        });
+      }
       const bypass = classes.reduce(
         (set, c) => (c.killSwitch === null ? set : set.union(c.killSwitch.except)),
         ir.localPrefixes,
       );
       for (const destination of bypass.toCidrs(f)) {
-        routes.push({
-          family: f,
-          table: tunnel.table,
-          type: 'throw',
-          destination,
-          metric: d.throwMetric,
-        });
+        routes.push({ family: f, table, type: 'throw', destination, metric: d.throwMetric });
       }
     }
   }
@@ -160,7 +183,7 @@ function checkPriorities(first: number, count: number): void {
   }
 }
 
-/** Where a value past the first came from: ids count up, one per steered tunnel. */
+/** Where a value past the first came from: ids count up, one per steering group. */
 function spanNote(first: number, count: number, index: number): string {
   return index === 0 ? '' : ` (${count} are needed, counting up from ${first})`;
 }
