@@ -1,4 +1,3 @@
-import { unlinkSync } from 'node:fs';
 import type { Artifact, Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
@@ -7,6 +6,7 @@ import {
   FILES,
   pruneGenerations,
   readGeneration,
+  removeFile,
   writeGeneration,
   writeJson,
   type Generation,
@@ -126,13 +126,5 @@ function readCurrent(state: StateDir): Generation | undefined {
     return readGeneration(state, FILES.applied);
   } catch {
     return undefined;
-  }
-}
-
-export function removeFile(path: string): void {
-  try {
-    unlinkSync(path);
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
   }
 }

@@ -3,12 +3,13 @@ import { existsSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import type { StateDir } from '../state/index.js';
-import { removeFile } from './apply-generation.js';
-import { FILES, writeJson } from './generation.js';
+import { FILES, removeFile, writeJson } from './generation.js';
 
 /** A revert that happens unless `confirm` runs first. */
 export interface PendingConfirm {
   readonly generation: number;
+  /** The generation live before it, which a revert restores; null: none (a revert removes). */
+  readonly previous?: number | null;
   readonly deadline: string;
   readonly timer:
     | { readonly kind: 'systemd'; readonly unit: string }
@@ -23,6 +24,8 @@ export async function scheduleRevert(input: {
   runner: Runner;
   state: StateDir;
   generation: number;
+  /** The generation live before `generation`, or null when there was none. */
+  previous: number | null;
   seconds: number;
   /** argv that runs `egressguard restore --unconfirmed GEN [--netns X] [--state-dir D]`. */
   command: readonly string[];
@@ -54,7 +57,12 @@ export async function scheduleRevert(input: {
     }
     timer = { kind: 'process', pid: child.pid };
   }
-  const pending: PendingConfirm = { generation: input.generation, deadline, timer };
+  const pending: PendingConfirm = {
+    generation: input.generation,
+    previous: input.previous,
+    deadline,
+    timer,
+  };
   writeJson(input.state, FILES.confirm, pending);
   return pending;
 }

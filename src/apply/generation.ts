@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import type { Artifact } from '../backends/index.js';
@@ -32,6 +32,8 @@ export const FILES = {
   attempt: 'attempt.json',
   confirm: 'pending-confirm.json',
   lockdown: 'lockdown.nft',
+  /** Written by an explicit removal: boot restore then loads nothing, not the lockdown. */
+  removed: 'removed.json',
 } as const;
 
 /** On disk: the metadata, with each artifact in a file of its own under generations/. */
@@ -132,4 +134,12 @@ export function readAttempt(state: StateDir): Attempt | undefined {
 
 export function writeJson(state: StateDir, name: string, value: unknown): void {
   state.write(name, `${JSON.stringify(value, null, 2)}\n`);
+}
+
+export function removeFile(path: string): void {
+  try {
+    unlinkSync(path);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
+  }
 }

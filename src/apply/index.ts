@@ -2,6 +2,7 @@ export { applyGeneration, type ApplyInput, type ApplyReport } from './apply-gene
 export { readStatus, type Condition, type HostStatus } from './read-status.js';
 export { removeGeneration } from './remove-generation.js';
 export { restoreGeneration, type RestoreOutcome } from './restore-generation.js';
+export { revertUnconfirmed, type RevertOutcome } from './revert-generation.js';
 export { FILES, readGeneration, type Generation, type Attempt } from './generation.js';
 export {
   clearPendingConfirm,

@@ -25,14 +25,14 @@ export async function restoreGeneration(input: {
   runner: Runner;
   state: StateDir;
   table: string;
-  /** Restore this file instead of the applied generation (confirm-or-revert uses previous). */
+  /** Restore this file instead of the applied generation (`restore --previous`). */
   from?: string;
 }): Promise<RestoreOutcome> {
   const lock = acquireHostLock(input.state, 'restore the last applied state');
   try {
     if (
       input.from === undefined &&
-      input.state.read('removed.json') !== undefined &&
+      input.state.read(FILES.removed) !== undefined &&
       input.state.read(FILES.applied) === undefined
     ) {
       return { kind: 'nothing', reason: 'egressguard was removed explicitly' };

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FILES, readGeneration } from '../../src/apply/index.js';
@@ -12,6 +12,8 @@ import {
   createGatewayLab,
   createTempDir,
   liveStamp,
+  ownTableJson,
+  routingListing,
   status,
   target,
   writePolicyB,
@@ -75,6 +77,51 @@ describe('confirm or revert', () => {
     const late = await cli(['confirm', ...target(lab, path)]);
     expect(late.exitCode).toBe(2);
     expect(late.stderr).toContain('Nothing to confirm');
+  });
+
+  /** Nothing of ours is live, nothing is recorded as applied, and boot restores nothing. */
+  const expectRemoved = async (path: string, state: StateDir): Promise<void> => {
+    expect(await ownTableJson(lab)).toBe('[]');
+    expect(await routingListing(lab, 7350)).not.toContain('proto 104');
+    for (const file of [FILES.applied, FILES.attempt, FILES.confirm, FILES.lockdown]) {
+      expect(existsSync(state.file(file)), file).toBe(false);
+    }
+    expect(existsSync(state.file('removed.json'))).toBe(true);
+    expect(await status(lab, path)).toMatchObject({ condition: 'NotApplied', attempt: null });
+    const boot = await cli(['restore', '--json', ...target(lab, path)]);
+    expect(boot.exitCode).toBe(0);
+    expect(JSON.parse(boot.stdout)).toMatchObject({ kind: 'nothing' });
+    expect(await ownTableJson(lab)).toBe('[]');
+  };
+
+  it('reverts an unconfirmed first apply by removing what egressguard owns', async () => {
+    const { path, state } = await fresh('first');
+    const a = await apply(lab, path, POLICY_A, ['--confirm-within', '60s']);
+    expect(a).toMatchObject({ changed: true, generation: 1 });
+    expect(await liveStamp(lab)).toBe(a.hash);
+
+    const reverted = await cli(['restore', '--unconfirmed', '1', '--json', ...target(lab, path)]);
+    expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'removed', generation: 1 });
+    await expectRemoved(path, state);
+  });
+
+  it('reverts a first apply after a remove to nothing, not to the generation removed', async () => {
+    const { path, state } = await fresh('after-remove');
+    await apply(lab, path, POLICY_A);
+    expect((await cli(['remove', ...target(lab, path)])).exitCode).toBe(0);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    expect(b.changed).toBe(true);
+
+    const reverted = await cli([
+      'restore',
+      '--unconfirmed',
+      String(b.generation),
+      '--json',
+      ...target(lab, path),
+    ]);
+    expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'removed' });
+    await expectRemoved(path, state);
   });
 });
 

@@ -78,6 +78,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
             runner: target.runner,
             state: target.state,
             generation: report.generation.number,
+            previous: report.previous?.number ?? null,
             seconds,
             command: selfCommand([
               'restore',

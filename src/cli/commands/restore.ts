@@ -1,10 +1,6 @@
 import type { Command } from 'commander';
-import {
-  clearPendingConfirm,
-  FILES,
-  readPendingConfirm,
-  restoreGeneration,
-} from '../../apply/index.js';
+import { FILES, restoreGeneration, revertUnconfirmed } from '../../apply/index.js';
+import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { addTargetOptions, resolveTarget, type TargetOptions } from '../host-target.js';
@@ -37,21 +33,36 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
       const target = resolveTarget(opts);
       if (opts.after !== undefined)
         await new Promise((r) => setTimeout(r, Number(opts.after) * 1000));
-      let from = opts.previous === true ? FILES.previous : undefined;
       if (opts.unconfirmed !== undefined) {
-        const pending = readPendingConfirm(target.state);
-        if (pending === undefined || String(pending.generation) !== opts.unconfirmed) {
-          printLine(ctx.output, `generation ${opts.unconfirmed} was confirmed: nothing to revert`);
-          ctx.setExit(EXIT.ok);
-          return;
+        const generation = Number(opts.unconfirmed);
+        if (!Number.isInteger(generation) || generation <= 0) {
+          throw new EgressguardError(
+            'usage',
+            `Cannot revert generation "${opts.unconfirmed}": not a generation number`,
+          );
         }
-        from = FILES.previous;
+        const outcome = await revertUnconfirmed({ ...target, generation });
+        if (opts.json === true) printJson(ctx.output, outcome);
+        else if (outcome.kind === 'reverted') {
+          printLine(
+            ctx.output,
+            `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
+          );
+          for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
+        } else if (outcome.kind === 'removed') {
+          printLine(
+            ctx.output,
+            `reverted generation ${outcome.generation}, the first: removed what egressguard owns`,
+          );
+          for (const r of outcome.removed) printLine(ctx.output, `  removed ${r}`);
+        } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
+        ctx.setExit(EXIT.ok);
+        return;
       }
       const outcome = await restoreGeneration({
         ...target,
-        ...(from === undefined ? {} : { from }),
+        ...(opts.previous === true ? { from: FILES.previous } : {}),
       });
-      if (opts.unconfirmed !== undefined) clearPendingConfirm(target.state);
       if (opts.json === true) printJson(ctx.output, outcome);
       else if (outcome.kind === 'restored') {
         printLine(ctx.output, `restored generation ${outcome.generation}`);

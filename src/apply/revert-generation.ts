@@ -1,0 +1,119 @@
+import type { Backend } from '../backends/index.js';
+import { EgressguardError } from '../core/index.js';
+import type { Runner } from '../runner/index.js';
+import { acquireHostLock, type StateDir } from '../state/index.js';
+import { readPendingConfirm } from './confirm-timer.js';
+import {
+  FILES,
+  pruneGenerations,
+  readGeneration,
+  removeFile,
+  writeGeneration,
+  type Generation,
+} from './generation.js';
+import { removeOwned } from './remove-generation.js';
+
+/** What the revert of an unconfirmed generation did. */
+export type RevertOutcome =
+  | {
+      readonly kind: 'reverted';
+      readonly generation: number;
+      readonly restored: number;
+      readonly deferred: readonly string[];
+    }
+  | { readonly kind: 'removed'; readonly generation: number; readonly removed: readonly string[] }
+  | { readonly kind: 'lockdown'; readonly generation: number; readonly reason: string }
+  | { readonly kind: 'nothing'; readonly generation: number; readonly reason: string };
+
+/**
+ * The confirm timer's work: unless generation `generation` was confirmed (or superseded) meanwhile,
+ * go back to what was live before it: the generation before, or, when it was the first, nothing
+ * at all (remove semantics). Either way the reverted generation is no longer the applied one, so
+ * neither `run` nor the next boot brings it back.
+ */
+export async function revertUnconfirmed(input: {
+  backend: Backend;
+  runner: Runner;
+  state: StateDir;
+  table: string;
+  generation: number;
+}): Promise<RevertOutcome> {
+  const { state, generation: number } = input;
+  const lock = acquireHostLock(state, `revert unconfirmed generation ${number}`);
+  try {
+    const pending = readPendingConfirm(state);
+    if (pending === undefined || pending.generation !== number) {
+      return {
+        kind: 'nothing',
+        generation: number,
+        reason: `generation ${number} was confirmed or superseded: nothing to revert`,
+      };
+    }
+    const applied = readQuietly(state, FILES.applied);
+    const previous = readQuietly(state, FILES.previous);
+    // Files of an older egressguard do not say what was live before: previous.json did.
+    const to = pending.previous === undefined ? (previous?.number ?? null) : pending.previous;
+    if (to === null) {
+      const removed = await removeOwned(input);
+      return { kind: 'removed', generation: number, removed };
+    }
+    const target = [applied, previous].find((g) => g?.number === to);
+    if (target === undefined) return await lockDown(input, applied, to);
+    const { deferred } = await input.backend
+      .createApplier({ runner: input.runner, tableName: target.table })
+      .apply(target.artifacts, { previous: undefined });
+    // Applied first: a crash between the two writes must not leave the reverted one applied.
+    if (applied?.number !== target.number) {
+      writeGeneration(state, FILES.applied, target);
+      if (applied !== undefined) writeGeneration(state, FILES.previous, applied);
+    }
+    // We hold the lock: an attempt marker left is the reverted apply's, dead.
+    removeFile(state.file(FILES.attempt));
+    removeFile(state.file(FILES.confirm));
+    pruneGenerations(state);
+    return { kind: 'reverted', generation: number, restored: target.number, deferred };
+  } finally {
+    lock.release();
+  }
+}
+
+/** The generation to go back to is recorded nowhere any more: fail closed. */
+async function lockDown(
+  input: { backend: Backend; runner: Runner; state: StateDir; table: string; generation: number },
+  applied: Generation | undefined,
+  to: number,
+): Promise<RevertOutcome> {
+  const { state } = input;
+  const lockdown = state.read(FILES.lockdown);
+  if (lockdown === undefined) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot revert generation ${input.generation}: generation ${to} is no longer recorded, and no class lockdown was saved at ${state.file(FILES.lockdown)}`,
+      { hint: 'apply a policy, or run `egressguard remove`' },
+    );
+  }
+  await input.backend
+    .createApplier({ runner: input.runner, tableName: input.table })
+    .lockdown(lockdown);
+  if (applied?.number === input.generation) {
+    // Not applied any more: boot loads the lockdown (state missing), never this generation.
+    writeGeneration(state, FILES.previous, applied);
+    removeFile(state.file(FILES.applied));
+  }
+  removeFile(state.file(FILES.attempt));
+  removeFile(state.file(FILES.confirm));
+  pruneGenerations(state);
+  return {
+    kind: 'lockdown',
+    generation: input.generation,
+    reason: `generation ${to}, live before generation ${input.generation}, is no longer recorded: the class lockdown is loaded`,
+  };
+}
+
+function readQuietly(state: StateDir, name: string): Generation | undefined {
+  try {
+    return readGeneration(state, name);
+  } catch {
+    return undefined;
+  }
+}
