@@ -1,6 +1,9 @@
 import { EgressguardError, type Family } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
-import type { SteeringRoute, SteeringRule, SteeringSpec } from './steering.js';
+import type { SteeringGroup, SteeringRoute, SteeringRule, SteeringSpec } from './steering.js';
+
+/** The tables and priorities whose foreign occupants are collisions. */
+type SteeringScope = Pick<SteeringGroup, 'table' | 'priority'>;
 
 interface IpRule {
   priority: number;
@@ -21,9 +24,9 @@ interface IpRoute {
 
 /** Live policy routing that concerns us: our rules and routes, and anything in our way. */
 export interface LiveSteering {
-  /** Rules tagged with our protocol. */
+  /** Rules tagged with our protocol, at any priority. */
   readonly ownedRules: readonly SteeringRule[];
-  /** Routes tagged with our protocol in our tables. */
+  /** Routes tagged with our protocol, in any table (an earlier policy may have used more). */
   readonly ownedRoutes: readonly SteeringRoute[];
   /** Foreign rules at our priorities, foreign routes in our tables. */
   readonly collisions: readonly string[];
@@ -37,33 +40,50 @@ export interface SteeringDiff {
 }
 
 const FAMILY_FLAG = { 4: '-4', 6: '-6' } as const;
+const MAIN_TABLE = 254;
+// rtnetlink route types (include/uapi/linux/rtnetlink.h RTN_*): `-N` prints them as numbers.
+const ROUTE_TYPES: Readonly<Record<string, SteeringRoute['type']>> = {
+  '1': 'unicast',
+  unicast: 'unicast',
+  '6': 'blackhole',
+  blackhole: 'blackhole',
+  '9': 'throw',
+  throw: 'throw',
+};
 
+/**
+ * Reads our rules and routes by their protocol tag, wherever they are: a policy that steered
+ * more tunnels, or another first table id, left routes in tables the desired spec does not name,
+ * and `remove` has no spec at all. The desired tables and priorities are listed besides, only to
+ * find foreign state in our way.
+ */
 export async function readLiveSteering(
   runner: Runner,
-  spec: Pick<SteeringSpec, 'protocol' | 'tunnels'>,
+  spec: { readonly protocol: number; readonly tunnels: readonly SteeringScope[] },
 ): Promise<LiveSteering> {
   const ownedRules: SteeringRule[] = [];
   const ownedRoutes: SteeringRoute[] = [];
   const collisions: string[] = [];
   const proto = String(spec.protocol);
   const priorities = new Set(spec.tunnels.map((t) => t.priority));
-  const tables = new Set(spec.tunnels.map((t) => t.table));
-  // Every listing at once: each is a process, and they are independent.
+  const tables = [...new Set(spec.tunnels.map((t) => t.table))];
+  // Every listing at once: each is a process, and they are independent. `-N` keeps protocols,
+  // tables and route types numeric: an rt_protos name for our protocol would otherwise make our
+  // own rules look foreign (and "main" is not a table id).
   const families = [4, 6] as const;
-  const [rules, routes] = await Promise.all([
-    Promise.all(families.map((f) => ipJson<IpRule>(runner, [FAMILY_FLAG[f], 'rule', 'show']))),
+  const list = <T>(family: Family, ...args: string[]): Promise<T[]> =>
+    ipJson<T>(runner, ['-N', FAMILY_FLAG[family], ...args]);
+  const [rules, tagged, inOurTables] = await Promise.all([
+    Promise.all(families.map((f) => list<IpRule>(f, 'rule', 'show'))),
     Promise.all(
-      families.flatMap((f) =>
-        [...tables].map(async (table) => ({
-          family: f,
+      families.map((f) => list<IpRoute>(f, 'route', 'show', 'table', 'all', 'proto', proto)),
+    ),
+    Promise.all(
+      families.flatMap((family) =>
+        tables.map(async (table) => ({
+          family,
           table,
-          routes: await ipJson<IpRoute>(runner, [
-            FAMILY_FLAG[f],
-            'route',
-            'show',
-            'table',
-            String(table),
-          ]),
+          routes: await list<IpRoute>(family, 'route', 'show', 'table', String(table)),
         })),
       ),
     ),
@@ -83,16 +103,17 @@ export async function readLiveSteering(
         );
       }
     }
+    // A listing of every table names each route's table, except main's.
+    for (const route of tagged[i] ?? []) {
+      ownedRoutes.push(toSteeringRoute(family, Number(route.table ?? MAIN_TABLE), route));
+    }
   });
-  for (const { family, table, routes: listed } of routes) {
+  for (const { family, table, routes: listed } of inOurTables) {
     for (const route of listed) {
-      if (route.protocol === proto) {
-        ownedRoutes.push(toSteeringRoute(family, table, route));
-      } else {
-        collisions.push(
-          `IPv${family} route ${route.type ?? 'unicast'} ${route.dst} in table ${table} is not ours: choose another table id`,
-        );
-      }
+      if (route.protocol === proto) continue; // ours, read above
+      collisions.push(
+        `IPv${family} route ${ROUTE_TYPES[route.type ?? 'unicast'] ?? `of type ${route.type ?? '?'}`} ${route.dst} in table ${table} is not ours: choose another table id`,
+      );
     }
   }
   return { ownedRules, ownedRoutes, collisions };
@@ -231,8 +252,16 @@ function prefixOf(family: Family, address: string, length: number | undefined): 
   return `${address}/${length ?? (family === 4 ? 32 : 128)}`;
 }
 
+/**
+ * Our route types by name; any other type counts as unicast, which `ip route del` (no type
+ * given) deletes whatever its type.
+ */
+function routeType(route: IpRoute): SteeringRoute['type'] {
+  return ROUTE_TYPES[route.type ?? 'unicast'] ?? 'unicast';
+}
+
 function toSteeringRoute(family: Family, table: number, route: IpRoute): SteeringRoute {
-  const type = route.type === 'blackhole' || route.type === 'throw' ? route.type : 'unicast';
+  const type = routeType(route);
   const destination = route.dst.includes('/') ? route.dst : prefixOf(family, route.dst, undefined);
   return {
     family,
