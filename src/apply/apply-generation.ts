@@ -60,6 +60,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     if (unchanged) {
       // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
       removeFile(input.state.file(FILES.attempt));
+      removeFile(input.state.file(FILES.removed));
       return { generation: current, previous: undefined, deferred: before.missing, changed: false };
     }
     writeJson(input.state, FILES.attempt, {
@@ -111,6 +112,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     };
     if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
     writeGeneration(input.state, FILES.applied, generation);
+    // A removal's record would otherwise outlive this apply: were applied.json lost later, boot
+    // would take it for an explicit removal and load nothing instead of the lockdown.
+    removeFile(input.state.file(FILES.removed));
     pruneGenerations(input.state);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));

@@ -1,7 +1,7 @@
 import type { Backend } from '../backends/index.js';
-import { EgressguardError } from '../core/index.js';
+import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLock, type StateDir } from '../state/index.js';
+import { acquireHostLockWaiting, type HostLock, type StateDir } from '../state/index.js';
 import {
   FILES,
   pruneGenerations,
@@ -15,10 +15,15 @@ export type RestoreOutcome =
   | { readonly kind: 'lockdown'; readonly reason: string }
   | { readonly kind: 'nothing'; readonly reason: string };
 
+/** How long boot waits for the host lock before it loads the lockdown without it. */
+const BOOT_LOCK_WAIT_MS = 30_000;
+
 /**
  * Boot: load the last applied generation (it must work with the tunnel absent: the rule and the
- * blackhole go in, the tunnel route waits). With the state missing or corrupt, load the class
- * lockdown instead: fail closed.
+ * blackhole go in, the tunnel route waits). When that generation cannot be loaded, for whatever
+ * reason (state missing or corrupt, nft refuses it, routing in the way, the host lock held),
+ * load the class lockdown instead: fail closed. With `from`, a manual rollback instead: it
+ * records the generation it restores as applied, and its failures are errors.
  */
 export async function restoreGeneration(input: {
   backend: Backend;
@@ -27,55 +32,104 @@ export async function restoreGeneration(input: {
   table: string;
   /** Restore this file instead of the applied generation (`restore --previous`). */
   from?: string;
+  /** How long to wait for the host lock (default 30 s). */
+  lockWaitMs?: number;
 }): Promise<RestoreOutcome> {
-  const lock = acquireHostLock(input.state, 'restore the last applied state');
+  const { state } = input;
+  let lock: HostLock | undefined;
   try {
-    if (
-      input.from === undefined &&
-      input.state.read(FILES.removed) !== undefined &&
-      input.state.read(FILES.applied) === undefined
-    ) {
+    lock = await acquireHostLockWaiting(state, 'restore the last applied state', {
+      timeoutMs: input.lockWaitMs ?? BOOT_LOCK_WAIT_MS,
+    });
+  } catch (error) {
+    if (input.from !== undefined || !isEgressguardError(error) || error.code !== 'lock-held') {
+      throw error;
+    }
+    // Another live egressguard holds the lock, and boot cannot wait for ever: fail closed. Were
+    // it an apply, its table replaces the lockdown; were it `run`, it repairs it.
+    return loadLockdown(input, `Cannot load the applied generation: ${error.message}`);
+  }
+  try {
+    if (input.from !== undefined) return await rollBack({ ...input, from: input.from });
+    if (state.read(FILES.removed) !== undefined && state.read(FILES.applied) === undefined) {
       return { kind: 'nothing', reason: 'egressguard was removed explicitly' };
     }
     let generation: Generation | undefined;
-    let problem: string;
     try {
-      generation = readGeneration(input.state, input.from ?? FILES.applied);
-      problem = `no state at ${input.state.file(input.from ?? FILES.applied)}`;
+      generation = readGeneration(state, FILES.applied);
     } catch (error) {
-      problem = (error as Error).message;
+      return await loadLockdown(input, (error as Error).message);
     }
-    if (generation !== undefined) {
-      const applier = input.backend.createApplier({
-        runner: input.runner,
-        tableName: generation.table,
-      });
-      const { deferred } = await applier.apply(generation.artifacts, { previous: undefined });
-      if (input.from !== undefined) {
-        // A rollback: the generation restored is the applied one now, or `status` would call the
-        // host Drifted and `run` or the next boot would bring back the generation just reverted.
-        const replaced = readCurrent(input.state);
-        writeGeneration(input.state, FILES.applied, generation);
-        if (replaced !== undefined) writeGeneration(input.state, FILES.previous, replaced);
-        pruneGenerations(input.state);
-      }
+    if (generation === undefined) {
+      return await loadLockdown(input, `no state at ${state.file(FILES.applied)}`);
+    }
+    try {
+      const { deferred } = await input.backend
+        .createApplier({ runner: input.runner, tableName: generation.table })
+        .apply(generation.artifacts, { previous: undefined });
       return { kind: 'restored', generation: generation.number, deferred };
-    }
-    const lockdown = input.state.read(FILES.lockdown);
-    if (lockdown === undefined) {
-      throw new EgressguardError(
-        'state-corrupt',
-        `Cannot restore: ${problem}, and no class lockdown was saved at ${input.state.file(FILES.lockdown)}`,
-        { hint: 'apply a policy; until then no class traffic is filtered by egressguard' },
+    } catch (error) {
+      return await loadLockdown(
+        input,
+        `Cannot load generation ${generation.number}: ${(error as Error).message}`,
       );
     }
-    await input.backend
-      .createApplier({ runner: input.runner, tableName: input.table })
-      .lockdown(lockdown);
-    return { kind: 'lockdown', reason: problem };
   } finally {
     lock.release();
   }
+}
+
+/** `restore --previous`: the generation before becomes the applied one again. */
+async function rollBack(input: {
+  backend: Backend;
+  runner: Runner;
+  state: StateDir;
+  from: string;
+}): Promise<RestoreOutcome> {
+  const { state } = input;
+  const generation = readGeneration(state, input.from);
+  if (generation === undefined) {
+    throw new EgressguardError(
+      'usage',
+      `Nothing to restore: no generation is recorded at ${state.file(input.from)}`,
+    );
+  }
+  const { deferred } = await input.backend
+    .createApplier({ runner: input.runner, tableName: generation.table })
+    .apply(generation.artifacts, { previous: undefined });
+  // The generation restored is the applied one now, or `status` would call the host Drifted and
+  // `run` or the next boot would bring back the generation just rolled back.
+  const replaced = readCurrent(state);
+  writeGeneration(state, FILES.applied, generation);
+  if (replaced !== undefined) writeGeneration(state, FILES.previous, replaced);
+  pruneGenerations(state);
+  return { kind: 'restored', generation: generation.number, deferred };
+}
+
+async function loadLockdown(
+  input: { backend: Backend; runner: Runner; state: StateDir; table: string },
+  problem: string,
+): Promise<RestoreOutcome> {
+  const lockdown = input.state.read(FILES.lockdown);
+  if (lockdown === undefined) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot restore: ${problem}, and no class lockdown was saved at ${input.state.file(FILES.lockdown)}`,
+      { hint: 'apply a policy; until then no class traffic is filtered by egressguard' },
+    );
+  }
+  try {
+    await input.backend
+      .createApplier({ runner: input.runner, tableName: input.table })
+      .lockdown(lockdown);
+  } catch (error) {
+    throw new EgressguardError(
+      'apply-failed',
+      `Cannot restore: ${problem}, and the class lockdown failed to load too: ${(error as Error).message}`,
+      { cause: error },
+    );
+  }
+  return { kind: 'lockdown', reason: problem };
 }
 
 function readCurrent(state: StateDir): Generation | undefined {

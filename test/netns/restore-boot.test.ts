@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -228,6 +229,118 @@ describe.concurrent('restore at boot', () => {
     });
     expect(await ownTableJson(lab)).toContain('lockdown vpn');
   });
+});
+
+// Fail closed on any failure to load the recorded generation, not only on a lost state.
+describe.concurrent('restore at boot when the generation cannot be loaded', () => {
+  let lab: Lab;
+  const dirs: ReturnType<typeof createTempDir>[] = [];
+
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+  });
+
+  afterAll(async () => {
+    await lab.destroy();
+    for (const dir of dirs) dir.dispose();
+  });
+
+  /** A state directory with policy A applied, then a reboot. */
+  const appliedThenRebooted = async (name: string): Promise<string> => {
+    const dir = createTempDir(`egtest-restore-${name}`);
+    dirs.push(dir);
+    await apply(lab, dir.path, POLICY_A);
+    await simulateReboot(lab);
+    return dir.path;
+  };
+
+  it(
+    'loads the class lockdown when routing we do not own is in the way',
+    { concurrent: false },
+    async () => {
+      const stateDir = await appliedThenRebooted('collision');
+      const foreign = ['from', '198.18.0.0/15', 'lookup', '51820', 'priority', '7350'];
+      const runner = lab.runner(HOST);
+      await runner.run(['ip', '-4', 'rule', 'add', ...foreign], { effect: 'change' });
+      try {
+        const restored = await cli(['restore', '--json', ...target(lab, stateDir)]);
+        expect(restored.exitCode).toBe(0);
+        expect(JSON.parse(restored.stdout)).toMatchObject({
+          kind: 'lockdown',
+          reason: expect.stringMatching(
+            /^Cannot load generation 1: Cannot apply: routing state we do not own is in the way: IPv4 rule at priority 7350/,
+          ) as unknown,
+        });
+        expect(await ownTableJson(lab)).toContain('lockdown vpn');
+      } finally {
+        await runner.run(['ip', '-4', 'rule', 'del', ...foreign], { effect: 'change' });
+      }
+    },
+  );
+
+  it(
+    'loads the class lockdown when another live egressguard keeps the host lock',
+    { concurrent: false },
+    async () => {
+      const stateDir = await appliedThenRebooted('lock-held');
+      // A live process, this boot, its real start time: a lock that is not stale.
+      const holder = spawn('sleep', ['60'], { stdio: 'ignore' });
+      try {
+        const pid = holder.pid ?? 0;
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        writeFileSync(
+          join(stateDir, 'netns', lab.ns(HOST), 'lock'),
+          JSON.stringify({
+            pid,
+            start: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19],
+            boot: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
+            token: '0123456789abcdef',
+            purpose: 'repair the applied state',
+            since: new Date().toISOString(),
+          }),
+        );
+        const restored = await cli([
+          'restore',
+          '--json',
+          '--lock-wait',
+          '1',
+          ...target(lab, stateDir),
+        ]);
+        expect(restored.exitCode).toBe(0);
+        expect(JSON.parse(restored.stdout)).toMatchObject({
+          kind: 'lockdown',
+          reason: expect.stringContaining(
+            `Cannot load the applied generation: Cannot restore the last applied state: the host lock`,
+          ) as unknown,
+        });
+        expect(await ownTableJson(lab)).toContain('lockdown vpn');
+      } finally {
+        holder.kill('SIGKILL');
+      }
+    },
+  );
+
+  it(
+    'forgets an earlier removal once a policy is applied again',
+    { concurrent: false },
+    async () => {
+      const dir = createTempDir('egtest-restore-removed');
+      dirs.push(dir);
+      const stateDir = dir.path;
+      const hostState = join(stateDir, 'netns', lab.ns(HOST));
+      await apply(lab, stateDir, POLICY_A);
+      expect((await cli(['remove', ...target(lab, stateDir)])).exitCode).toBe(0);
+      expect(existsSync(join(hostState, 'removed.json'))).toBe(true);
+      await apply(lab, stateDir, POLICY_A);
+      expect(existsSync(join(hostState, 'removed.json'))).toBe(false);
+      // The state is lost afterwards: boot must fail closed, not take it for the removal.
+      unlinkSync(join(hostState, 'applied.json'));
+      await simulateReboot(lab);
+      const restored = await cli(['restore', '--json', ...target(lab, stateDir)]);
+      expect(JSON.parse(restored.stdout)).toMatchObject({ kind: 'lockdown' });
+      expect(await ownTableJson(lab)).toContain('lockdown vpn');
+    },
+  );
 });
 
 // Concurrent with the boot tests above: most of their time is the wait for the timer.

@@ -20,55 +20,77 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
         'revert only if this generation is still unconfirmed (the confirm timer)',
       )
       .option('--after <seconds>', 'wait this long first (the confirm timer without systemd)')
+      .option(
+        '--lock-wait <seconds>',
+        'wait this long for the host lock (default 30; then boot loads the lockdown)',
+      )
       .option('--json', 'print the outcome as JSON'),
-  ).action(
-    async (
-      opts: TargetOptions & {
-        previous?: boolean;
-        unconfirmed?: string;
-        after?: string;
-        json?: boolean;
-      },
-    ) => {
-      const target = resolveTarget(opts);
-      if (opts.after !== undefined)
-        await new Promise((r) => setTimeout(r, Number(opts.after) * 1000));
-      if (opts.unconfirmed !== undefined) {
-        const generation = Number(opts.unconfirmed);
-        if (!Number.isInteger(generation) || generation <= 0) {
-          throw new EgressguardError(
-            'usage',
-            `Cannot revert generation "${opts.unconfirmed}": not a generation number`,
-          );
+  )
+    .addHelpText(
+      'after',
+      '\nExit code 0 when the generation, the class lockdown or nothing (after `remove`) was loaded:\n' +
+        'a boot unit must not fail when it did fail closed. The output says which, and why.',
+    )
+    .action(
+      async (
+        opts: TargetOptions & {
+          previous?: boolean;
+          unconfirmed?: string;
+          after?: string;
+          lockWait?: string;
+          json?: boolean;
+        },
+      ) => {
+        const target = resolveTarget(opts);
+        if (opts.after !== undefined)
+          await new Promise((r) => setTimeout(r, Number(opts.after) * 1000));
+        if (opts.unconfirmed !== undefined) {
+          const generation = Number(opts.unconfirmed);
+          if (!Number.isInteger(generation) || generation <= 0) {
+            throw new EgressguardError(
+              'usage',
+              `Cannot revert generation "${opts.unconfirmed}": not a generation number`,
+            );
+          }
+          const outcome = await revertUnconfirmed({ ...target, generation });
+          if (opts.json === true) printJson(ctx.output, outcome);
+          else if (outcome.kind === 'reverted') {
+            printLine(
+              ctx.output,
+              `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
+            );
+            for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
+          } else if (outcome.kind === 'removed') {
+            printLine(
+              ctx.output,
+              `reverted generation ${outcome.generation}, the first: removed what egressguard owns`,
+            );
+            for (const r of outcome.removed) printLine(ctx.output, `  removed ${r}`);
+          } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
+          ctx.setExit(EXIT.ok);
+          return;
         }
-        const outcome = await revertUnconfirmed({ ...target, generation });
+        const outcome = await restoreGeneration({
+          ...target,
+          ...(opts.previous === true ? { from: FILES.previous } : {}),
+          ...(opts.lockWait === undefined
+            ? {}
+            : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
+        });
         if (opts.json === true) printJson(ctx.output, outcome);
-        else if (outcome.kind === 'reverted') {
-          printLine(
-            ctx.output,
-            `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
-          );
+        else if (outcome.kind === 'restored') {
+          printLine(ctx.output, `restored generation ${outcome.generation}`);
           for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
-        } else if (outcome.kind === 'removed') {
-          printLine(
-            ctx.output,
-            `reverted generation ${outcome.generation}, the first: removed what egressguard owns`,
-          );
-          for (const r of outcome.removed) printLine(ctx.output, `  removed ${r}`);
         } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
         ctx.setExit(EXIT.ok);
-        return;
-      }
-      const outcome = await restoreGeneration({
-        ...target,
-        ...(opts.previous === true ? { from: FILES.previous } : {}),
-      });
-      if (opts.json === true) printJson(ctx.output, outcome);
-      else if (outcome.kind === 'restored') {
-        printLine(ctx.output, `restored generation ${outcome.generation}`);
-        for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
-      } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
-      ctx.setExit(EXIT.ok);
-    },
-  );
+      },
+    );
+}
+
+function parseSeconds(text: string): number {
+  const seconds = Number(text);
+  if (!Number.isFinite(seconds) || seconds < 0) {
+    throw new EgressguardError('usage', `Cannot parse seconds "${text}"`, { hint: 'write 30' });
+  }
+  return seconds;
 }
