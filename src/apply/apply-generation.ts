@@ -1,7 +1,7 @@
 import type { Artifact, Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLock, type StateDir } from '../state/index.js';
+import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
 import {
   FILES,
   pruneGenerations,
@@ -66,7 +66,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     writeJson(input.state, FILES.attempt, {
       hash: input.hash,
       startedAt: new Date().toISOString(),
-      pid: process.pid,
+      ...ownIdentity(),
       outcome: 'in-progress',
     });
     let deferred: readonly string[];
@@ -86,7 +86,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         writeJson(input.state, FILES.attempt, {
           hash: input.hash,
           startedAt: new Date().toISOString(),
-          pid: process.pid,
+          ...ownIdentity(),
           outcome: 'partially-applied',
           error: error.message,
         });

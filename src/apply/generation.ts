@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync } 
 import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import type { Artifact } from '../backends/index.js';
-import type { StateDir } from '../state/index.js';
+import { isProcessAlive, type StateDir } from '../state/index.js';
 
 /** One applied configuration, as kept in the state directory. */
 export interface Generation {
@@ -22,6 +22,9 @@ export interface Attempt {
   readonly hash: string;
   readonly startedAt: string;
   readonly pid: number;
+  /** The apply's start time and boot (see ProcessIdentity): a bare pid is reused after a reboot. */
+  readonly start?: string | null;
+  readonly boot?: string | null;
   readonly outcome: 'in-progress' | 'partially-applied';
   readonly error?: string;
 }
@@ -142,4 +145,14 @@ export function removeFile(path: string): void {
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
   }
+}
+
+/**
+ * Removes the attempt marker of an apply that is no longer running: once a restore or a revert
+ * has loaded a generation, what that apply left is no longer live, and `status` must not say
+ * Interrupted or PartiallyApplied for it.
+ */
+export function clearDeadAttempt(state: StateDir): void {
+  const attempt = readAttempt(state);
+  if (attempt !== undefined && !isProcessAlive(attempt)) removeFile(state.file(FILES.attempt));
 }

@@ -1,6 +1,6 @@
 import type { Backend, LiveState } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
-import type { StateDir } from '../state/index.js';
+import { isProcessAlive, type StateDir } from '../state/index.js';
 import { FILES, readAttempt, readGeneration, type Attempt, type Generation } from './generation.js';
 
 /** The one-word summary `status` leads with. */
@@ -45,7 +45,7 @@ export async function readStatus(input: {
   } else if (attempt?.outcome === 'partially-applied') {
     condition = 'PartiallyApplied';
     reasons.push(attempt.error ?? `the apply of ${attempt.hash} stopped after the firewall commit`);
-  } else if (attempt !== undefined && !isAlive(attempt.pid)) {
+  } else if (attempt !== undefined && !isProcessAlive(attempt)) {
     condition = 'Interrupted';
     reasons.push(
       `an apply of ${attempt.hash.slice(0, 12)} started ${attempt.startedAt} did not finish; live hash is ${live.hash?.slice(0, 12) ?? 'none'}`,
@@ -80,14 +80,4 @@ export async function readStatus(input: {
     appliedAt: applied?.appliedAt ?? null,
     live,
   };
-}
-
-function isAlive(pid: number): boolean {
-  if (pid <= 0) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }

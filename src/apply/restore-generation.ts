@@ -3,6 +3,7 @@ import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLockWaiting, type HostLock, type StateDir } from '../state/index.js';
 import {
+  clearDeadAttempt,
   FILES,
   pruneGenerations,
   readGeneration,
@@ -67,6 +68,7 @@ export async function restoreGeneration(input: {
       const { deferred } = await input.backend
         .createApplier({ runner: input.runner, tableName: generation.table })
         .apply(generation.artifacts, { previous: undefined });
+      clearDeadAttempt(state);
       return { kind: 'restored', generation: generation.number, deferred };
     } catch (error) {
       return await loadLockdown(
@@ -102,6 +104,7 @@ async function rollBack(input: {
   const replaced = readCurrent(state);
   writeGeneration(state, FILES.applied, generation);
   if (replaced !== undefined) writeGeneration(state, FILES.previous, replaced);
+  clearDeadAttempt(state);
   pruneGenerations(state);
   return { kind: 'restored', generation: generation.number, deferred };
 }

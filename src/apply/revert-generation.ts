@@ -4,6 +4,7 @@ import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import { readPendingConfirm } from './confirm-timer.js';
 import {
+  clearDeadAttempt,
   FILES,
   pruneGenerations,
   readGeneration,
@@ -67,8 +68,7 @@ export async function revertUnconfirmed(input: {
       writeGeneration(state, FILES.applied, target);
       if (applied !== undefined) writeGeneration(state, FILES.previous, applied);
     }
-    // We hold the lock: an attempt marker left is the reverted apply's, dead.
-    removeFile(state.file(FILES.attempt));
+    clearDeadAttempt(state);
     removeFile(state.file(FILES.confirm));
     pruneGenerations(state);
     return { kind: 'reverted', generation: number, restored: target.number, deferred };
@@ -100,7 +100,7 @@ async function lockDown(
     writeGeneration(state, FILES.previous, applied);
     removeFile(state.file(FILES.applied));
   }
-  removeFile(state.file(FILES.attempt));
+  clearDeadAttempt(state);
   removeFile(state.file(FILES.confirm));
   pruneGenerations(state);
   return {

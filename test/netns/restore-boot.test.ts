@@ -15,6 +15,7 @@ import {
 import {
   DST4,
   DST6,
+  FACTS,
   HOST,
   POLICY_A,
   TUNNEL,
@@ -232,7 +233,7 @@ describe.concurrent('restore at boot', () => {
 });
 
 // Fail closed on any failure to load the recorded generation, not only on a lost state.
-describe.concurrent('restore at boot when the generation cannot be loaded', () => {
+describe.concurrent('restore at boot: fail closed, and what a crashed apply left', () => {
   let lab: Lab;
   const dirs: ReturnType<typeof createTempDir>[] = [];
 
@@ -339,6 +340,53 @@ describe.concurrent('restore at boot when the generation cannot be loaded', () =
       const restored = await cli(['restore', '--json', ...target(lab, stateDir)]);
       expect(JSON.parse(restored.stdout)).toMatchObject({ kind: 'lockdown' });
       expect(await ownTableJson(lab)).toContain('lockdown vpn');
+    },
+  );
+
+  it(
+    'says Interrupted for an apply of another boot whose pid now runs again',
+    { concurrent: false },
+    async () => {
+      const dir = createTempDir('egtest-restore-reused-pid');
+      dirs.push(dir);
+      const a = await apply(lab, dir.path, POLICY_A);
+      // What an apply killed before a reboot leaves; after the reboot its pid is this process.
+      writeFileSync(
+        join(dir.path, 'netns', lab.ns(HOST), 'attempt.json'),
+        JSON.stringify({
+          hash: a.hash,
+          startedAt: '2020-01-01T00:00:00.000Z',
+          pid: process.pid,
+          start: '1',
+          boot: '00000000-0000-4000-8000-000000000000',
+          outcome: 'in-progress',
+        }),
+      );
+      expect(await status(lab, dir.path)).toMatchObject({ condition: 'Interrupted', exitCode: 3 });
+    },
+  );
+
+  it(
+    'clears the marker of an apply killed before a reboot once it has loaded the generation',
+    { concurrent: false },
+    async () => {
+      const dir = createTempDir('egtest-restore-killed');
+      dirs.push(dir);
+      const a = await apply(lab, dir.path, POLICY_A);
+      const killed = await cli(
+        ['apply', writePolicyB(dir.path), '--facts', FACTS, ...target(lab, dir.path)],
+        { faults: 'before-state-write=kill' },
+      );
+      expect(killed.signal).toBe('SIGKILL');
+      expect(await status(lab, dir.path)).toMatchObject({ condition: 'Interrupted' });
+      await simulateReboot(lab);
+      const restored = await cli(['restore', '--json', ...target(lab, dir.path)]);
+      expect(JSON.parse(restored.stdout)).toMatchObject({ kind: 'restored', generation: 1 });
+      expect(await status(lab, dir.path)).toMatchObject({
+        condition: 'InSync',
+        liveHash: a.hash,
+        attempt: null,
+      });
     },
   );
 });
