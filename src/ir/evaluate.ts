@@ -211,7 +211,9 @@ export function evaluatePacket(
   }
 
   const toSelf = host.addresses.contains(packet.family, packet.destination);
-  const effectiveHook = toSelf ? 'input' : hook;
+  // Forwarded classes reach the host in the input hook; a host class's packets to the host itself
+  // are judged in the output hook like the rest (they leave by "lo").
+  const effectiveHook = toSelf && hook === 'forward' ? 'input' : hook;
   const notes: string[] = [];
   let route: { kind: 'tunnel' | 'main'; interface: string | null } = {
     kind: 'main',

@@ -189,7 +189,9 @@ async function runDifferential(name: string, prepared: Prepared): Promise<void> 
     // With steering removed, the kill switch alone held: it decided, and routing had sent
     // those packets out of somewhere else than the tunnel.
     for (const cls of ir.classes) {
-      if (cls.killSwitch === null) continue;
+      // Only forwarded packets are sent: a host class's kill switch is measured in
+      // test/netns/host-kill-switch.test.ts.
+      if (cls.killSwitch === null || cls.selector.kind !== 'ingress') continue;
       const killed = compared.filter(
         (i) => (run.observed[i] as KernelObserved).decidedBy === cls.killSwitch?.id,
       );

@@ -52,3 +52,31 @@ describe('nftables compiler dispatch (STYLE.md rule 2)', () => {
     expect(source.match(/selector\.kind\s*[!=]==/g) ?? []).toEqual([]);
   });
 });
+
+describe('the kill switch of a host-originated class', () => {
+  /** The rules of one chain of the compiled ruleset. */
+  function chainRules(name: string, chain: string): string[] {
+    const ruleset = compileCase(name).find((a) => a.name === 'ruleset.nft')?.content ?? '';
+    const body = new RegExp(`\\tchain ${chain} \\{\\n([\\s\\S]*?)\\n\\t\\}`).exec(ruleset)?.[1] ?? '';
+    return body.split('\n').map((l) => l.trim());
+  }
+
+  // Its traffic to the host itself leaves by "lo", never by the tunnel: the kill switch must let
+  // the host's own addresses through to the class's `to: self` rules (the evaluator's "self").
+  it('exempts the host itself in the output hook', () => {
+    const drops = chainRules('linux-host-tunnel', 'c_host-vpn_out').filter((l) =>
+      l.endsWith('drop comment "host-vpn/kill-switch"'),
+    );
+    expect(drops).toEqual([
+      'meta nfproto ipv4 oifname != "tun0" ip daddr != @s_host-vpn_ks4 fib daddr type != { local, broadcast, anycast } counter name n_host-vpn/kill-switch drop comment "host-vpn/kill-switch"',
+    ]);
+  });
+
+  it('needs no such exemption in the forward hook, where nothing is for the host', () => {
+    const drops = chainRules('linux-host-tunnel', 'c_vms_fwd').filter((l) =>
+      l.endsWith('drop comment "vms/kill-switch"'),
+    );
+    expect(drops).toHaveLength(1);
+    expect(drops[0]).not.toContain('fib');
+  });
+});

@@ -26,6 +26,8 @@ const FAMILY = {
   6: { nfproto: 'ipv6', addr: 'ip6', type: 'ipv6_addr', icmp: 'ipv6-icmp' },
 } as const;
 
+/** Destinations the host takes as its own, as the evaluator's `self` (see createHostView). */
+const SELF_TYPES = '{ local, broadcast, anycast }';
 // RFC 4861: neighbour discovery is link-local and always sent with hop limit 255.
 const ND_MATCH =
   'meta nfproto ipv6 icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255';
@@ -314,13 +316,16 @@ function classChain(
       allowed,
       `class ${cls.name} kill-switch exceptions`,
     );
+    // In the output hook, traffic to the host itself leaves by "lo", never by the tunnel: let it
+    // reach the class's rules (`to: self`), as the evaluator does.
+    const selfMatch = ctx.hook === 'output' ? ` fib daddr type != ${SELF_TYPES}` : '';
     for (const f of ctx.families) {
       const set = ks[f];
       const exceptMatch = set === undefined ? '' : ` ${FAMILY[f].addr} daddr != @${set}`;
       lines.push(
         ...verdict(
           e,
-          `meta nfproto ${FAMILY[f].nfproto} oifname != ${nftString(cls.via.interface)}${exceptMatch}`,
+          `meta nfproto ${FAMILY[f].nfproto} oifname != ${nftString(cls.via.interface)}${exceptMatch}${selfMatch}`,
           cls.killSwitch.id,
           'deny',
         ),
@@ -396,7 +401,7 @@ function ruleMatch(
     case 'self':
       if (ctx.hook === 'forward') return undefined; // forwarded packets are never for the host
       // The kernel delivers its subnets' broadcasts locally too (the evaluator agrees).
-      if (ctx.hook === 'output') parts.push('fib daddr type { local, broadcast, anycast }');
+      if (ctx.hook === 'output') parts.push(`fib daddr type ${SELF_TYPES}`);
       break;
     case 'addresses': {
       // An emptied destination matches nothing; it must never become match-all.
