@@ -15,6 +15,8 @@ export interface LiveTable {
   readonly fingerprint: string | null;
   /** By nft counter name. */
   readonly counters: ReadonlyMap<string, CounterValue & { readonly id: string }>;
+  /** Every set, chain and counter of the table, as the terse listing has them. */
+  readonly objects: readonly { readonly kind: string; readonly body: Record<string, unknown> }[];
 }
 
 const STAMP = /eg-hash:([0-9a-f]{64})/;
@@ -57,7 +59,7 @@ function elementsOf(json: string): unknown {
 export function parseLiveTable(json: string, table: string): LiveTable {
   const selected = selectTable(json, table);
   if (selected.table === undefined) {
-    return { present: false, hash: null, fingerprint: null, counters: new Map() };
+    return { present: false, hash: null, fingerprint: null, counters: new Map(), objects: [] };
   }
   let hash: string | null = null;
   const counters = new Map<string, CounterValue & { id: string }>();
@@ -73,7 +75,13 @@ export function parseLiveTable(json: string, table: string): LiveTable {
       });
     }
   }
-  return { present: true, hash, fingerprint: fingerprintTable(selected.objects), counters };
+  return {
+    present: true,
+    hash,
+    fingerprint: fingerprintTable(selected.objects),
+    counters,
+    objects: selected.objects.filter((o) => o.kind !== 'rule'),
+  };
 }
 
 function stringOf(value: unknown): string {

@@ -15,7 +15,7 @@ import {
   checkRuleset,
   deleteTable,
   loadRuleset,
-  seedCounters,
+  replaceInPlace,
 } from './nft-applier.js';
 import { readLiveTable } from './nft-inspector.js';
 import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
@@ -97,7 +97,10 @@ function createNftApplier(context: BackendContext): Applier {
         ? disableKillSwitch(artifact(artifacts, RULESET_ARTIFACT))
         : artifact(artifacts, RULESET_ARTIFACT);
       const spec = steeringOf(artifacts);
-      const liveSteering = await readLiveSteering(runner, steeringScope(spec));
+      const [liveSteering, live] = await Promise.all([
+        readLiveSteering(runner, steeringScope(spec)),
+        readLiveTable(runner, table),
+      ]);
       if (liveSteering.collisions.length > 0) {
         throw new EgressguardError(
           'apply-failed',
@@ -108,17 +111,18 @@ function createNftApplier(context: BackendContext): Applier {
         );
       }
       if (options.routingOnly !== true) {
-        const live = await readLiveTable(runner, table);
-        const seeded = seedCounters(ruleset, live.counters);
+        // A live table is replaced in place (its counters carry on); a missing one is created.
+        const transaction = live.present ? replaceInPlace(ruleset, table, live.objects) : ruleset;
         await runner.faults.hit('before-nft-commit');
         // The table first: its kill switch covers every intermediate routing state.
         await loadRuleset(
           runner,
-          runner.faults.isOn(BROKEN_RULESET_FAULT) ? breakRuleset(seeded, table) : seeded,
+          runner.faults.isOn(BROKEN_RULESET_FAULT) ? breakRuleset(transaction, table) : transaction,
         );
-        await runner.faults.hit('after-nft-commit');
       }
       try {
+        // Anything that fails from here on is after the commit: roll the table back.
+        if (options.routingOnly !== true) await runner.faults.hit('after-nft-commit');
         await runner.faults.hit('steering');
         const outcome = await applySteeringDiff(
           runner,
@@ -134,9 +138,10 @@ function createNftApplier(context: BackendContext): Applier {
       } catch (error) {
         if (options.previous !== undefined) {
           const now = await readLiveTable(runner, table);
+          const previous = artifact(options.previous, RULESET_ARTIFACT);
           await loadRuleset(
             runner,
-            seedCounters(artifact(options.previous, RULESET_ARTIFACT), now.counters),
+            now.present ? replaceInPlace(previous, table, now.objects) : previous,
           );
         }
         throw new EgressguardError(
@@ -178,11 +183,13 @@ function createNftInspector(context: BackendContext): Inspector {
   const table = checkTableName(context.tableName ?? DEFAULT_TABLE);
   return {
     async read(expected): Promise<LiveState> {
-      const live = await readLiveTable(runner, table);
       const spec = expected === undefined ? undefined : steeringOf(expected);
-      const liveSteering = await readLiveSteering(runner, steeringScope(spec));
+      const [live, liveSteering, tunnels] = await Promise.all([
+        readLiveTable(runner, table),
+        readLiveSteering(runner, steeringScope(spec)),
+        readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []),
+      ]);
       const diff = spec === undefined ? undefined : diffSteering(spec, liveSteering);
-      const tunnels = await readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []);
       const absent = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
       return {
         present: live.present,
