@@ -57,7 +57,8 @@ describe('the kill switch of a host-originated class', () => {
   /** The rules of one chain of the compiled ruleset. */
   function chainRules(name: string, chain: string): string[] {
     const ruleset = compileCase(name).find((a) => a.name === 'ruleset.nft')?.content ?? '';
-    const body = new RegExp(`\\tchain ${chain} \\{\\n([\\s\\S]*?)\\n\\t\\}`).exec(ruleset)?.[1] ?? '';
+    const body =
+      new RegExp(`\\tchain ${chain} \\{\\n([\\s\\S]*?)\\n\\t\\}`).exec(ruleset)?.[1] ?? '';
     return body.split('\n').map((l) => l.trim());
   }
 
