@@ -1,6 +1,6 @@
 import type { HostFacts } from '../facts/index.js';
 import { BLANK_STAMP, hostConfigHash, type PolicyIR } from '../ir/index.js';
-import type { Artifact, Compiler } from './backend.js';
+import type { Artifact, CompileOptions, Compiler } from './backend.js';
 
 /**
  * Compiles once with the blank stamp, hashes that, then writes the hash into the stamp: the hash
@@ -12,11 +12,13 @@ export function compileWithHash(
     ir: PolicyIR;
     facts: HostFacts;
     tableName?: string | undefined;
+    steering?: CompileOptions['steering'];
     versions: { compiler: string; agent: string };
   },
 ): { artifacts: Artifact[]; hash: string } {
   const blank = compiler.compile(input.ir, input.facts, {
     ...(input.tableName === undefined ? {} : { tableName: input.tableName }),
+    ...(input.steering === undefined ? {} : { steering: input.steering }),
     stamp: BLANK_STAMP,
   });
   const hash = hostConfigHash({ ir: input.ir, artifacts: blank, versions: input.versions });

@@ -8,6 +8,7 @@ import {
   type Artifact,
   type Backend,
 } from '../backends/index.js';
+import { EgressguardError } from '../core/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
 import { applyGeneration, type ApplyReport } from '../apply/index.js';
 import { classesNotOnHost, lowerPolicy, type PolicyIR } from '../ir/index.js';
@@ -25,6 +26,8 @@ export interface TargetOptions {
   readonly netns?: string | undefined;
   readonly table?: string | undefined;
   readonly stateDir?: string | undefined;
+  readonly routeTable?: string | undefined;
+  readonly rulePriority?: string | undefined;
 }
 
 export function addTargetOptions(command: Command): Command {
@@ -34,11 +37,14 @@ export function addTargetOptions(command: Command): Command {
     .option(
       '--state-dir <dir>',
       'state directory (default: $EGRESSGUARD_STATE_DIR or /var/lib/egressguard)',
-    );
+    )
+    .option('--route-table <id>', 'first routing table id for tunnel steering (default 7350)')
+    .option('--rule-priority <n>', 'first ip rule priority for tunnel steering (default 7350)');
 }
 
 /** The host (or namespace) a command acts on. */
 export interface Target {
+  readonly steering: { table?: number; priority?: number };
   readonly runner: Runner;
   readonly state: StateDir;
   readonly table: string;
@@ -48,6 +54,14 @@ export interface Target {
 
 export function resolveTarget(options: TargetOptions): Target {
   return {
+    steering: {
+      ...(options.routeTable === undefined
+        ? {}
+        : { table: parseId('--route-table', options.routeTable) }),
+      ...(options.rulePriority === undefined
+        ? {}
+        : { priority: parseId('--rule-priority', options.rulePriority) }),
+    },
     runner: createRunner({ netns: options.netns }),
     state: new StateDir({ root: options.stateDir, netns: options.netns }),
     table: options.table ?? DEFAULT_TABLE,
@@ -93,6 +107,7 @@ export async function preparePolicy(
     ir,
     facts,
     tableName: target.table,
+    steering: target.steering,
     versions: { compiler: VERSION, agent: VERSION },
   });
   return {
@@ -117,4 +132,14 @@ export function applyPrepared(target: Target, prepared: Prepared): Promise<Apply
     artifacts: prepared.artifacts,
     ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
   });
+}
+
+/** A whole number for a steering id; the compiler checks its range. */
+function parseId(option: string, text: string): number {
+  if (!/^\d+$/.test(text)) {
+    throw new EgressguardError('usage', `Cannot use ${option} "${text}"`, {
+      hint: 'give a whole number',
+    });
+  }
+  return Number(text);
 }
