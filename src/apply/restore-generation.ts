@@ -10,6 +10,7 @@ import {
   writeGeneration,
   type Generation,
 } from './generation.js';
+import { recordFingerprint } from './record-fingerprint.js';
 
 export type RestoreOutcome =
   | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
@@ -68,6 +69,7 @@ export async function restoreGeneration(input: {
       const { deferred } = await input.backend
         .createApplier({ runner: input.runner, tableName: generation.table })
         .apply(generation.artifacts, { previous: undefined });
+      await recordFingerprint({ ...input, generation });
       clearDeadAttempt(state);
       return { kind: 'restored', generation: generation.number, deferred };
     } catch (error) {
@@ -104,6 +106,7 @@ async function rollBack(input: {
   const replaced = readCurrent(state);
   writeGeneration(state, FILES.applied, generation);
   if (replaced !== undefined) writeGeneration(state, FILES.previous, replaced);
+  await recordFingerprint({ ...input, generation });
   clearDeadAttempt(state);
   pruneGenerations(state);
   return { kind: 'restored', generation: generation.number, deferred };

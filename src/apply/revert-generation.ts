@@ -12,6 +12,7 @@ import {
   writeGeneration,
   type Generation,
 } from './generation.js';
+import { recordFingerprint } from './record-fingerprint.js';
 import { removeOwned } from './remove-generation.js';
 
 /** What the revert of an unconfirmed generation did. */
@@ -68,6 +69,7 @@ export async function revertUnconfirmed(input: {
       writeGeneration(state, FILES.applied, target);
       if (applied !== undefined) writeGeneration(state, FILES.previous, applied);
     }
+    await recordFingerprint({ ...input, generation: target });
     clearDeadAttempt(state);
     removeFile(state.file(FILES.confirm));
     pruneGenerations(state);

@@ -3,6 +3,7 @@ import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import { FILES, readGeneration } from './generation.js';
+import { recordFingerprint } from './record-fingerprint.js';
 
 const LOCK_RETRY_MS = 250;
 
@@ -105,6 +106,9 @@ export async function runResident(input: {
         routingOnly: !tableWrong,
       });
       if (tableWrong) {
+        // The repaired table is the new baseline, or a listing that differs only in order
+        // (see recordFingerprint) would be repaired again at every tick.
+        await recordFingerprint({ ...input, generation });
         const what = !live.present
           ? 'table was deleted'
           : live.hash !== generation.hash

@@ -344,6 +344,27 @@ describe.concurrent('restore at boot: fail closed, and what a crashed apply left
   );
 
   it(
+    'is in sync after a reboot when the generation had replaced another in place',
+    { concurrent: false },
+    async () => {
+      const dir = createTempDir('egtest-restore-in-place');
+      dirs.push(dir);
+      await apply(lab, dir.path, POLICY_A);
+      await apply(lab, dir.path, writePolicyB(dir.path));
+      const a = await apply(lab, dir.path, POLICY_A); // in place over B
+      expect(await status(lab, dir.path)).toMatchObject({ condition: 'InSync' });
+      await simulateReboot(lab);
+      const restored = await cli(['restore', '--json', ...target(lab, dir.path)]);
+      expect(JSON.parse(restored.stdout)).toMatchObject({ kind: 'restored', generation: 3 });
+      expect(await status(lab, dir.path)).toMatchObject({
+        condition: 'InSync',
+        liveHash: a.hash,
+        exitCode: 0,
+      });
+    },
+  );
+
+  it(
     'says Interrupted for an apply of another boot whose pid now runs again',
     { concurrent: false },
     async () => {
