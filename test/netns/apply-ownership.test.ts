@@ -179,7 +179,7 @@ describe('apply: atomicity and ownership', () => {
     const refused = await cli(['apply', POLICY_A, '--facts', FACTS, ...target(lab, state.path)]);
     expect(refused.exitCode).toBe(2);
     expect(refused.stderr).toContain(
-      'Cannot apply: routing state we do not own is in the way: IPv4 rule at priority 7350 (from 198.18.0.0 lookup 51820) is not ours: choose another priority',
+      'Cannot apply: routing state we do not own is in the way: IPv4 rule at priority 7350 (from 198.18.0.0 lookup 51820) is not ours: choose another priority (--rule-priority)',
     );
     expect(await ownTableJson(lab)).toBe('[]');
     expect(await routingListing(lab, 7350)).not.toContain('proto 104');

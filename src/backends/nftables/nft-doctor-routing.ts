@@ -143,7 +143,7 @@ export function classifyRouting(
       area: 'routing',
       code: 'reserved-id-collision',
       message: `egressguard's routing table ${table} is the one ${owner} uses`,
-      hint: 'choose another steering table',
+      hint: 'choose another steering table (--route-table)',
     });
   }
   for (const priority of steering.priorities) {
@@ -153,7 +153,7 @@ export function classifyRouting(
       area: 'routing',
       code: 'reserved-id-collision',
       message: `egressguard's rule priority ${priority} is within Tailscale's range ${TAILSCALE_PRIORITIES.from}–${TAILSCALE_PRIORITIES.to}`,
-      hint: 'choose another steering priority',
+      hint: 'choose another steering priority (--rule-priority)',
     });
   }
 

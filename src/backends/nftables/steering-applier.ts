@@ -99,7 +99,7 @@ export async function readLiveSteering(
         });
       } else if (priorities.has(rule.priority)) {
         collisions.push(
-          `IPv${family} rule at priority ${rule.priority} (from ${rule.src ?? 'all'} lookup ${rule.table ?? '?'}) is not ours: choose another priority`,
+          `IPv${family} rule at priority ${rule.priority} (from ${rule.src ?? 'all'} lookup ${rule.table ?? '?'}) is not ours: choose another priority (--rule-priority)`,
         );
       }
     }
@@ -112,7 +112,7 @@ export async function readLiveSteering(
     for (const route of listed) {
       if (route.protocol === proto) continue; // ours, read above
       collisions.push(
-        `IPv${family} route ${ROUTE_TYPES[route.type ?? 'unicast'] ?? `of type ${route.type ?? '?'}`} ${route.dst} in table ${table} is not ours: choose another table id`,
+        `IPv${family} route ${ROUTE_TYPES[route.type ?? 'unicast'] ?? `of type ${route.type ?? '?'}`} ${route.dst} in table ${table} is not ours: choose another table id (--route-table)`,
       );
     }
   }
