@@ -2,6 +2,7 @@ import type { Artifact, Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
+import { cancelRevert, scheduleRevert, type PendingConfirm } from './confirm-timer.js';
 import {
   FILES,
   pruneGenerations,
@@ -22,6 +23,12 @@ export interface ApplyInput {
   readonly artifacts: readonly Artifact[];
   /** Artifacts of the class lockdown, kept for `restore` when state is lost. */
   readonly lockdown?: string;
+  /** Revert unless `confirm` runs within `seconds`. The timer is set before the nft commit. */
+  readonly confirm?: {
+    readonly seconds: number;
+    /** The argv that reverts generation N (`egressguard restore --unconfirmed N …`). */
+    readonly revertCommand: (generation: number) => readonly string[];
+  };
 }
 
 export interface ApplyReport {
@@ -30,12 +37,15 @@ export interface ApplyReport {
   readonly deferred: readonly string[];
   /** False when live already carried this hash and nothing was missing. */
   readonly changed: boolean;
+  /** The revert that happens unless `confirm` runs first, if one was scheduled. */
+  readonly pending: PendingConfirm | undefined;
 }
 
 /**
  * The safe apply: host lock, an attempt marker, the backend's atomic apply (firewall first, then
  * routing), read-back of the stamped hash, then the generation is recorded. A crash at any point
- * leaves the firewall in a consistent state and the marker for `status`.
+ * leaves the firewall in a consistent state and the marker for `status`. With `confirm`, the
+ * revert timer is running before the commit: no kill point leaves an unconfirmed table without it.
  */
 export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   const lock = acquireHostLock(input.state, 'apply a policy');
@@ -61,7 +71,13 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
       removeFile(input.state.file(FILES.attempt));
       removeFile(input.state.file(FILES.removed));
-      return { generation: current, previous: undefined, deferred: before.missing, changed: false };
+      return {
+        generation: current,
+        previous: undefined,
+        deferred: before.missing,
+        changed: false,
+        pending: undefined,
+      };
     }
     writeJson(input.state, FILES.attempt, {
       hash: input.hash,
@@ -69,10 +85,24 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       ...ownIdentity(),
       outcome: 'in-progress',
     });
+    const number = nextGenerationNumber(input.state, current);
+    let pending: PendingConfirm | undefined;
+    let committed = false;
     let deferred: readonly string[];
     let after;
     try {
+      if (input.confirm !== undefined) {
+        pending = await scheduleRevert({
+          runner: input.runner,
+          state: input.state,
+          generation: number,
+          previous: current?.number ?? null,
+          seconds: input.confirm.seconds,
+          command: input.confirm.revertCommand(number),
+        });
+      }
       ({ deferred } = await applier.apply(input.artifacts, { previous: current?.artifacts }));
+      committed = true;
       after = await inspector.read(input.artifacts);
       if (!after.present || after.hash !== input.hash) {
         throw new EgressguardError(
@@ -82,7 +112,12 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         );
       }
     } catch (error) {
-      if (error instanceof EgressguardError && error.code === 'partially-applied') {
+      const partially = error instanceof EgressguardError && error.code === 'partially-applied';
+      // Failed before the commit: the generation never went live, there is nothing to revert.
+      if (!committed && !partially && pending !== undefined) {
+        await cancelRevert({ runner: input.runner, state: input.state, pending });
+      }
+      if (partially) {
         writeJson(input.state, FILES.attempt, {
           hash: input.hash,
           startedAt: new Date().toISOString(),
@@ -101,7 +136,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     await input.runner.faults.hit('before-state-write');
     const generation: Generation = {
       format: 'egressguard/generation/v1',
-      number: (current?.number ?? 0) + 1,
+      number,
       hash: input.hash,
       policy: input.policy,
       backend: input.backend.name,
@@ -118,10 +153,24 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     pruneGenerations(input.state);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
-    return { generation, previous: current, deferred, changed: true };
+    return { generation, previous: current, deferred, changed: true, pending };
   } finally {
     lock.release();
   }
+}
+
+/**
+ * Numbers only go up in a state directory, also after a revert or a remove, so a confirm timer
+ * for generation N can never mistake a later generation for its own.
+ */
+function nextGenerationNumber(state: StateDir, current: Generation | undefined): number {
+  let previous: Generation | undefined;
+  try {
+    previous = readGeneration(state, FILES.previous);
+  } catch {
+    previous = undefined;
+  }
+  return Math.max(current?.number ?? 0, previous?.number ?? 0) + 1;
 }
 
 /** The applied generation, or undefined when the state is missing or unreadable. */

@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import type { StateDir } from '../state/index.js';
+import { identityOf, isProcessAlive, type StateDir } from '../state/index.js';
 import { FILES, removeFile, writeJson } from './generation.js';
 
 /** A revert that happens unless `confirm` runs first. */
@@ -13,7 +13,13 @@ export interface PendingConfirm {
   readonly deadline: string;
   readonly timer:
     | { readonly kind: 'systemd'; readonly unit: string }
-    | { readonly kind: 'process'; readonly pid: number };
+    | {
+        readonly kind: 'process';
+        readonly pid: number;
+        /** Told apart from a later process with the same pid (see ProcessIdentity). */
+        readonly start?: string | null;
+        readonly boot?: string | null;
+      };
 }
 
 /**
@@ -55,7 +61,7 @@ export async function scheduleRevert(input: {
     if (child.pid === undefined) {
       throw new EgressguardError('apply-failed', 'Cannot start the revert timer process');
     }
-    timer = { kind: 'process', pid: child.pid };
+    timer = { kind: 'process', ...identityOf(child.pid) };
   }
   const pending: PendingConfirm = {
     generation: input.generation,
@@ -87,21 +93,33 @@ export async function confirmGeneration(input: {
       },
     );
   }
+  await cancelRevert({ ...input, pending });
+  return pending;
+}
+
+/** Forgets a pending revert and stops its timer (confirm; an apply that failed before its commit). */
+export async function cancelRevert(input: {
+  runner: Runner;
+  state: StateDir;
+  pending: PendingConfirm;
+}): Promise<void> {
+  const { pending } = input;
   // The file goes first: a timer that fires now finds nothing to revert.
-  removeFile(input.state.file(FILES.confirm));
+  if (readPendingConfirm(input.state)?.generation === pending.generation) {
+    removeFile(input.state.file(FILES.confirm));
+  }
   if (pending.timer.kind === 'systemd') {
     await input.runner.run(['systemctl', 'stop', `${pending.timer.unit}.timer`], {
       effect: 'change',
       allowFailure: true,
     });
-  } else {
+  } else if (isProcessAlive(pending.timer)) {
     try {
       process.kill(pending.timer.pid, 'SIGTERM');
     } catch {
-      // Already gone.
+      // Gone meanwhile.
     }
   }
-  return pending;
 }
 
 /** Forgets a pending revert (after it ran). */

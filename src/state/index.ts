@@ -2,6 +2,7 @@ export { StateDir } from './state-dir.js';
 export { acquireHostLock, acquireHostLockWaiting, type HostLock } from './host-lock.js';
 export {
   currentBootId,
+  identityOf,
   isProcessAlive,
   ownIdentity,
   type ProcessIdentity,

@@ -30,7 +30,12 @@ export function processStartTime(pid: number): string | null {
 
 /** This process. */
 export function ownIdentity(): ProcessIdentity {
-  return { pid: process.pid, start: processStartTime(process.pid), boot: currentBootId() };
+  return identityOf(process.pid);
+}
+
+/** A running process, named so that a later process with the same pid is not taken for it. */
+export function identityOf(pid: number): ProcessIdentity {
+  return { pid, start: processStartTime(pid), boot: currentBootId() };
 }
 
 /**

@@ -5,6 +5,7 @@ import { FILES, readGeneration } from '../../src/apply/index.js';
 import type { Lab } from '../../src/prove/index.js';
 import { StateDir } from '../../src/state/index.js';
 import {
+  FACTS,
   HOST,
   POLICY_A,
   apply,
@@ -77,6 +78,57 @@ describe('confirm or revert', () => {
     const late = await cli(['confirm', ...target(lab, path)]);
     expect(late.exitCode).toBe(2);
     expect(late.stderr).toContain('Nothing to confirm');
+    // Numbers only go up: the timer of generation 2 can never take a later one for its own.
+    const again = await apply(lab, path, writePolicyB(path));
+    expect(again).toMatchObject({ changed: true, generation: 3, hash: b.hash });
+  });
+
+  it('has the revert timer running before the commit: a kill right after it still reverts', async () => {
+    const { path, state } = await fresh('killed');
+    const a = await apply(lab, path, POLICY_A);
+    const b = writePolicyB(path);
+    const killed = await cli(
+      ['apply', b, '--facts', FACTS, '--confirm-within', '60s', ...target(lab, path)],
+      { faults: 'before-state-write=kill' },
+    );
+    expect(killed.signal).toBe('SIGKILL');
+    expect(await liveStamp(lab)).not.toBe(a.hash); // B's table is live, unrecorded, unconfirmed
+    expect(pendingOf(state)).toMatchObject({ generation: 2, previous: 1 });
+    expect(timerPids([path])).toHaveLength(1);
+
+    const reverted = await cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    expect(JSON.parse(reverted.stdout)).toMatchObject({
+      kind: 'reverted',
+      generation: 2,
+      restored: 1,
+    });
+    expect(await liveStamp(lab)).toBe(a.hash);
+    expect(await status(lab, path)).toMatchObject({
+      condition: 'InSync',
+      appliedHash: a.hash,
+      attempt: null,
+    });
+  });
+
+  it('stops the revert timer when the apply fails before its commit', async () => {
+    const { path, state } = await fresh('rejected');
+    const a = await apply(lab, path, POLICY_A);
+    const rejected = await cli(
+      [
+        'apply',
+        writePolicyB(path),
+        '--facts',
+        FACTS,
+        '--confirm-within',
+        '60s',
+        ...target(lab, path),
+      ],
+      { faults: 'compile.broken-ruleset=on' },
+    );
+    expect(rejected.exitCode).toBe(2);
+    expect(pendingOf(state)).toBeUndefined();
+    expect(timerPids([path])).toEqual([]);
+    expect(await status(lab, path)).toMatchObject({ condition: 'InSync', liveHash: a.hash });
   });
 
   /** Nothing of ours is live, nothing is recorded as applied, and boot restores nothing. */
@@ -126,10 +178,11 @@ describe('confirm or revert', () => {
 });
 
 /**
- * Kills the revert timers (detached `restore --unconfirmed … --after S` processes) that applies
- * with these state directories started, by pid, so none outlives the test.
+ * The revert timers (detached `restore --unconfirmed … --after S` processes) that applies with
+ * these state directories started and that still wait.
  */
-function killTimers(stateDirs: readonly string[]): void {
+function timerPids(stateDirs: readonly string[]): number[] {
+  const pids: number[] = [];
   for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
     let argv: string[];
     try {
@@ -139,11 +192,19 @@ function killTimers(stateDirs: readonly string[]): void {
     }
     const dir = argv[argv.indexOf('--state-dir') + 1];
     if (argv.includes('--unconfirmed') && dir !== undefined && stateDirs.includes(dir)) {
-      try {
-        process.kill(Number(pid), 'SIGKILL');
-      } catch {
-        // Already gone.
-      }
+      pids.push(Number(pid));
+    }
+  }
+  return pids;
+}
+
+/** Kills them by pid, so none outlives the test. */
+function killTimers(stateDirs: readonly string[]): void {
+  for (const pid of timerPids(stateDirs)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Already gone.
     }
   }
 }

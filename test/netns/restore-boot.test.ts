@@ -418,7 +418,7 @@ describe.concurrent('apply --confirm-within', () => {
   const applyUnconfirmed = async (
     lab: Lab,
     stateDir: string,
-  ): Promise<{ a: string; b: string; appliedAt: number }> => {
+  ): Promise<{ a: string; b: string; appliedAt: number; scheduledAt: number }> => {
     const a = (await apply(lab, stateDir, POLICY_A)).hash;
     const policyB = writePolicyB(stateDir);
     const b = await apply(lab, stateDir, policyB, ['--confirm-within', '5s']);
@@ -427,7 +427,7 @@ describe.concurrent('apply --confirm-within', () => {
     expect(b.hash).not.toBe(a);
     const pending = JSON.parse(
       readFileSync(join(stateDir, 'netns', lab.ns(HOST), 'pending-confirm.json'), 'utf8'),
-    ) as { timer: { kind: string; pid?: number } };
+    ) as { deadline: string; timer: { kind: string; pid?: number } };
     lab.defer(() => {
       if (pending.timer.pid !== undefined) {
         try {
@@ -438,21 +438,24 @@ describe.concurrent('apply --confirm-within', () => {
       }
       return Promise.resolve();
     });
-    return { a, b: b.hash, appliedAt };
+    // The window opens when the timer is set, before the commit, not when the CLI returns.
+    const scheduledAt = Date.parse(pending.deadline) - 5000;
+    expect(scheduledAt).toBeLessThanOrEqual(appliedAt);
+    return { a, b: b.hash, appliedAt, scheduledAt };
   };
 
   it('reverts to the previous generation when nobody confirms', async () => {
     const lab = await createGatewayLab();
     const state = createTempDir('egtest-unconfirmed');
     try {
-      const { a, b, appliedAt } = await applyUnconfirmed(lab, state.path);
+      const { a, b, scheduledAt } = await applyUnconfirmed(lab, state.path);
       await sleep(3000);
       expect(await liveStamp(lab)).toBe(b); // not before its time
       const revertedAt = await pollUntil(
         async () => ((await liveStamp(lab)) === a ? Date.now() : undefined),
         { timeoutMs: 8000, everyMs: 50 },
       );
-      const after = (revertedAt ?? Infinity) - appliedAt;
+      const after = (revertedAt ?? Infinity) - scheduledAt;
       console.info(`confirm-within 5s, unconfirmed: previous generation live after ${after} ms`);
       expect(after).toBeGreaterThanOrEqual(5000);
       expect(after).toBeLessThanOrEqual(8000);

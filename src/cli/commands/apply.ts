@@ -1,11 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { scheduleRevert } from '../../apply/index.js';
+import { applyGeneration } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
-  applyPrepared,
   addTargetOptions,
   preparePolicy,
   resolveTarget,
@@ -65,29 +64,33 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
         const target = resolveTarget(opts);
         const prepared = await preparePolicy(file, target, opts);
-        const report = await applyPrepared(target, prepared);
-        let pending;
-        if (seconds !== undefined && report.changed) {
-          const passthrough = [
-            ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
-            ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
-            '--table',
-            target.table,
-          ];
-          pending = await scheduleRevert({
-            runner: target.runner,
-            state: target.state,
-            generation: report.generation.number,
-            previous: report.previous?.number ?? null,
-            seconds,
-            command: selfCommand([
-              'restore',
-              '--unconfirmed',
-              String(report.generation.number),
-              ...passthrough,
-            ]),
-          });
-        }
+        const passthrough = [
+          ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
+          ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
+          '--table',
+          target.table,
+        ];
+        // applyPrepared's fields, plus the confirm timer, which must be set before the commit.
+        const report = await applyGeneration({
+          backend: target.backend,
+          runner: target.runner,
+          state: target.state,
+          table: target.table,
+          policy: prepared.policy.name,
+          hash: prepared.hash,
+          artifacts: prepared.artifacts,
+          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+          ...(seconds === undefined
+            ? {}
+            : {
+                confirm: {
+                  seconds,
+                  revertCommand: (generation: number) =>
+                    selfCommand(['restore', '--unconfirmed', String(generation), ...passthrough]),
+                },
+              }),
+        });
+        const pending = report.pending;
         if (opts.json === true) {
           printJson(ctx.output, {
             changed: report.changed,
