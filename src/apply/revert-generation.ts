@@ -1,7 +1,7 @@
 import type { Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLock, type StateDir } from '../state/index.js';
+import { acquireHostLockWaiting, type StateDir } from '../state/index.js';
 import { readPendingConfirm } from './confirm-timer.js';
 import {
   clearDeadAttempt,
@@ -27,6 +27,8 @@ export type RevertOutcome =
   | { readonly kind: 'lockdown'; readonly generation: number; readonly reason: string }
   | { readonly kind: 'nothing'; readonly generation: number; readonly reason: string };
 
+const REVERT_LOCK_WAIT_MS = 60_000;
+
 /**
  * The confirm timer's work: unless generation `generation` was confirmed (or superseded) meanwhile,
  * go back to what was live before it: the generation before, or, when it was the first, nothing
@@ -39,9 +41,14 @@ export async function revertUnconfirmed(input: {
   state: StateDir;
   table: string;
   generation: number;
+  /** How long to wait for the host lock (default 60 s). */
+  lockWaitMs?: number;
 }): Promise<RevertOutcome> {
   const { state, generation: number } = input;
-  const lock = acquireHostLock(state, `revert unconfirmed generation ${number}`);
+  // The lock may be held for a while (an apply, `run` repairing): the revert must still happen.
+  const lock = await acquireHostLockWaiting(state, `revert unconfirmed generation ${number}`, {
+    timeoutMs: input.lockWaitMs ?? REVERT_LOCK_WAIT_MS,
+  });
   try {
     const pending = readPendingConfirm(state);
     if (pending === undefined || pending.generation !== number) {

@@ -12,9 +12,11 @@ import {
   cli,
   createGatewayLab,
   createTempDir,
+  holdHostLock,
   liveStamp,
   ownTableJson,
   routingListing,
+  sleep,
   status,
   target,
   writePolicyB,
@@ -108,6 +110,22 @@ describe('confirm or revert', () => {
       appliedHash: a.hash,
       attempt: null,
     });
+  });
+
+  it('waits for the host lock while another egressguard holds it, then reverts', async () => {
+    const { path } = await fresh('lock-held');
+    const a = await apply(lab, path, POLICY_A);
+    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const holder = holdHostLock(lab, path);
+    const started = Date.now();
+    const reverting = cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    await sleep(1500);
+    holder.release();
+    const reverted = await reverting;
+    expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
+    expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 1 });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1500);
+    expect(await liveStamp(lab)).toBe(a.hash);
   });
 
   it('stops the revert timer when the apply fails before its commit', async () => {

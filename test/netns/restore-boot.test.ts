@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -25,6 +24,7 @@ import {
   cli,
   createGatewayLab,
   createTempDir,
+  holdHostLock,
   liveStamp,
   ownTableJson,
   pollUntil,
@@ -284,22 +284,8 @@ describe.concurrent('restore at boot: fail closed, and what a crashed apply left
     { concurrent: false },
     async () => {
       const stateDir = await appliedThenRebooted('lock-held');
-      // A live process, this boot, its real start time: a lock that is not stale.
-      const holder = spawn('sleep', ['60'], { stdio: 'ignore' });
+      const holder = holdHostLock(lab, stateDir);
       try {
-        const pid = holder.pid ?? 0;
-        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-        writeFileSync(
-          join(stateDir, 'netns', lab.ns(HOST), 'lock'),
-          JSON.stringify({
-            pid,
-            start: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19],
-            boot: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
-            token: '0123456789abcdef',
-            purpose: 'repair the applied state',
-            since: new Date().toISOString(),
-          }),
-        );
         const restored = await cli([
           'restore',
           '--json',
@@ -316,7 +302,7 @@ describe.concurrent('restore at boot: fail closed, and what a crashed apply left
         });
         expect(await ownTableJson(lab)).toContain('lockdown vpn');
       } finally {
-        holder.kill('SIGKILL');
+        holder.release();
       }
     },
   );

@@ -22,7 +22,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
       .option('--after <seconds>', 'wait this long first (the confirm timer without systemd)')
       .option(
         '--lock-wait <seconds>',
-        'wait this long for the host lock (default 30; then boot loads the lockdown)',
+        'wait this long for the host lock (default 30, then boot loads the lockdown; 60 with --unconfirmed)',
       )
       .option('--json', 'print the outcome as JSON'),
   )
@@ -52,7 +52,13 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
               `Cannot revert generation "${opts.unconfirmed}": not a generation number`,
             );
           }
-          const outcome = await revertUnconfirmed({ ...target, generation });
+          const outcome = await revertUnconfirmed({
+            ...target,
+            generation,
+            ...(opts.lockWait === undefined
+              ? {}
+              : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
+          });
           if (opts.json === true) printJson(ctx.output, outcome);
           else if (outcome.kind === 'reverted') {
             printLine(

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -446,6 +446,48 @@ export function startResident(
       return { ...(await exited), stderr };
     },
   };
+}
+
+/**
+ * Holds the host lock of the lab's gateway state as another live egressguard would: the lock file
+ * names a live process (a `sleep`) of this boot with its real start time, so it is not stale.
+ */
+export function holdHostLock(
+  lab: Lab,
+  stateDir: string,
+  purpose = 'repair the applied state',
+): { release(): void } {
+  const holder = spawn('sleep', ['120'], { stdio: 'ignore' });
+  const pid = holder.pid ?? 0;
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const lock = join(stateDir, 'netns', lab.ns(HOST), 'lock');
+  writeFileSync(
+    lock,
+    JSON.stringify({
+      pid,
+      start: stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19],
+      boot: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
+      token: '0123456789abcdef',
+      purpose,
+      since: new Date().toISOString(),
+    }),
+  );
+  let released = false;
+  const release = (): void => {
+    if (released) return;
+    released = true;
+    try {
+      unlinkSync(lock);
+    } catch {
+      // Already gone.
+    }
+    holder.kill('SIGKILL');
+  };
+  lab.defer(() => {
+    release();
+    return Promise.resolve();
+  });
+  return { release };
 }
 
 /** Polls `check` every `everyMs` until it returns a value other than undefined, or times out. */
