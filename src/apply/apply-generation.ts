@@ -2,7 +2,13 @@ import type { Artifact, Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
-import { cancelRevert, scheduleRevert, type PendingConfirm } from './confirm-timer.js';
+import {
+  cancelRevert,
+  readPendingFile,
+  scheduleRevert,
+  type PendingConfirm,
+  type PendingFile,
+} from './confirm-timer.js';
 import {
   FILES,
   pruneGenerations,
@@ -46,11 +52,14 @@ export interface ApplyReport {
  * routing), read-back of the stamped hash, then the generation is recorded. A crash at any point
  * leaves the firewall in a consistent state and the marker for `status`. With `confirm`, the
  * revert timer is running before the commit: no kill point leaves an unconfirmed table without it.
+ * An apply that goes in supersedes a confirmation still pending (its timer is stopped): the newer
+ * generation is the one to keep or, with `confirm`, to revert.
  */
 export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   const lock = acquireHostLock(input.state, 'apply a policy');
   try {
     const current = readCurrent(input.state);
+    const superseded = readPendingFile(input.state);
     const applier = input.backend.createApplier({ runner: input.runner, tableName: input.table });
     const inspector = input.backend.createInspector({
       runner: input.runner,
@@ -71,12 +80,20 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
       removeFile(input.state.file(FILES.attempt));
       removeFile(input.state.file(FILES.removed));
+      // Re-applied for good, it is confirmed; re-applied with a window, the one running stays.
+      if (input.confirm === undefined && superseded !== undefined) {
+        await retire(input, superseded, { keepFile: false });
+      }
+      const running = superseded?.pending;
       return {
         generation: current,
         previous: undefined,
         deferred: before.missing,
         changed: false,
-        pending: undefined,
+        pending:
+          input.confirm !== undefined && running?.generation === current.number
+            ? running
+            : undefined,
       };
     }
     writeJson(input.state, FILES.attempt, {
@@ -85,7 +102,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       ...ownIdentity(),
       outcome: 'in-progress',
     });
-    const number = nextGenerationNumber(input.state, current);
+    const number = nextGenerationNumber(input.state, current, superseded?.pending);
     let pending: PendingConfirm | undefined;
     let committed = false;
     let deferred: readonly string[];
@@ -113,9 +130,14 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       }
     } catch (error) {
       const partially = error instanceof EgressguardError && error.code === 'partially-applied';
-      // Failed before the commit: the generation never went live, there is nothing to revert.
-      if (!committed && !partially && pending !== undefined) {
+      if (pending !== undefined && (superseded !== undefined || (!committed && !partially))) {
+        // Before the commit nothing went live, so there is nothing to revert. After it, a revert
+        // still pending from before goes back further than this one would: it is put back below.
         await cancelRevert({ runner: input.runner, state: input.state, pending });
+      }
+      // This apply did not go in: the confirmation it would have superseded still holds.
+      if (superseded !== undefined && pending !== undefined) {
+        input.state.write(FILES.confirm, superseded.text);
       }
       if (partially) {
         writeJson(input.state, FILES.attempt, {
@@ -132,6 +154,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         removeFile(input.state.file(FILES.attempt));
       }
       throw error;
+    }
+    if (superseded !== undefined) {
+      await retire(input, superseded, { keepFile: pending !== undefined });
     }
     await input.runner.faults.hit('before-state-write');
     const generation: Generation = {
@@ -163,14 +188,33 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
  * Numbers only go up in a state directory, also after a revert or a remove, so a confirm timer
  * for generation N can never mistake a later generation for its own.
  */
-function nextGenerationNumber(state: StateDir, current: Generation | undefined): number {
+function nextGenerationNumber(
+  state: StateDir,
+  current: Generation | undefined,
+  pending: PendingConfirm | undefined,
+): number {
   let previous: Generation | undefined;
   try {
     previous = readGeneration(state, FILES.previous);
   } catch {
     previous = undefined;
   }
-  return Math.max(current?.number ?? 0, previous?.number ?? 0) + 1;
+  // A pending confirm may name a generation an apply killed before its state write never recorded.
+  return Math.max(current?.number ?? 0, previous?.number ?? 0, pending?.generation ?? 0) + 1;
+}
+
+/** Stops the timer of a superseded confirmation and, unless a new one replaced it, its file. */
+async function retire(
+  input: ApplyInput,
+  superseded: PendingFile,
+  options: { keepFile: boolean },
+): Promise<void> {
+  if (superseded.pending !== undefined) {
+    await cancelRevert({ runner: input.runner, state: input.state, pending: superseded.pending });
+  } else if (!options.keepFile) {
+    // Unreadable: its timer cannot be stopped, but without the file it reverts nothing.
+    removeFile(input.state.file(FILES.confirm));
+  }
 }
 
 /** The applied generation, or undefined when the state is missing or unreadable. */

@@ -73,6 +73,26 @@ export async function scheduleRevert(input: {
   return pending;
 }
 
+/** pending-confirm.json as it is: its text (to put back) and the revert, when readable. */
+export interface PendingFile {
+  readonly text: string;
+  readonly pending: PendingConfirm | undefined;
+}
+
+export function readPendingFile(state: StateDir): PendingFile | undefined {
+  const text = state.read(FILES.confirm);
+  if (text === undefined) return undefined;
+  try {
+    const parsed = JSON.parse(text) as Partial<PendingConfirm>;
+    if (typeof parsed.generation !== 'number' || typeof parsed.timer !== 'object') {
+      return { text, pending: undefined };
+    }
+    return { text, pending: parsed as PendingConfirm };
+  } catch {
+    return { text, pending: undefined };
+  }
+}
+
 export function readPendingConfirm(state: StateDir): PendingConfirm | undefined {
   const text = state.read(FILES.confirm);
   return text === undefined ? undefined : (JSON.parse(text) as PendingConfirm);

@@ -128,6 +128,51 @@ describe('confirm or revert', () => {
     expect(await liveStamp(lab)).toBe(a.hash);
   });
 
+  it('lets a later apply supersede a pending confirmation: its timer never reverts', async () => {
+    const { path, state } = await fresh('superseded');
+    await apply(lab, path, POLICY_A);
+    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const [timer] = timerPids([path]);
+    expect(timer).toBeDefined();
+    // Back to A for good, without a window: generation 2's revert must not touch it.
+    const again = await apply(lab, path, POLICY_A);
+    expect(again).toMatchObject({ changed: true, generation: 3 });
+    expect(pendingOf(state)).toBeUndefined();
+    expect(timerPids([path])).toEqual([]);
+    const late = await cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    expect(JSON.parse(late.stdout)).toMatchObject({ kind: 'nothing' });
+    expect(await status(lab, path)).toMatchObject({
+      condition: 'InSync',
+      liveHash: again.hash,
+      generation: 3,
+    });
+  });
+
+  it('replaces a pending confirmation with the newer one, and keeps it when the apply fails', async () => {
+    const { path, state } = await fresh('replaced');
+    await apply(lab, path, POLICY_A);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const [first] = timerPids([path]);
+    // A failed apply changes nothing: generation 2 stays pending, its timer keeps running.
+    const rejected = await cli(
+      ['apply', POLICY_A, '--facts', FACTS, '--confirm-within', '60s', ...target(lab, path)],
+      { faults: 'compile.broken-ruleset=on' },
+    );
+    expect(rejected.exitCode).toBe(2);
+    expect(pendingOf(state)).toMatchObject({ generation: 2 });
+    expect(timerPids([path])).toEqual([first]);
+    // One that goes in replaces it: only its own timer runs, reverting to generation 2.
+    const c = await apply(lab, path, POLICY_A, ['--confirm-within', '60s']);
+    expect(c).toMatchObject({ changed: true, generation: 3 });
+    expect(pendingOf(state)).toMatchObject({ generation: 3, previous: 2 });
+    const timers = timerPids([path]);
+    expect(timers).toHaveLength(1);
+    expect(timers).not.toContain(first);
+    const reverted = await cli(['restore', '--unconfirmed', '3', '--json', ...target(lab, path)]);
+    expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 2 });
+    expect(await liveStamp(lab)).toBe(b.hash);
+  });
+
   it('stops the revert timer when the apply fails before its commit', async () => {
     const { path, state } = await fresh('rejected');
     const a = await apply(lab, path, POLICY_A);
