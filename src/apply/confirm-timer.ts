@@ -2,8 +2,16 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { identityOf, isProcessAlive, type StateDir } from '../state/index.js';
-import { FILES, removeFile, writeJson } from './generation.js';
+import {
+  acquireHostLockWaiting,
+  identityOf,
+  isProcessAlive,
+  type StateDir,
+} from '../state/index.js';
+import { FILES, readGeneration, removeFile, writeJson } from './generation.js';
+
+/** A revert in progress holds the lock for as long as a load takes. */
+const CONFIRM_LOCK_WAIT_MS = 30_000;
 
 /** A revert that happens unless `confirm` runs first. */
 export interface PendingConfirm {
@@ -98,23 +106,48 @@ export function readPendingConfirm(state: StateDir): PendingConfirm | undefined 
   return text === undefined ? undefined : (JSON.parse(text) as PendingConfirm);
 }
 
-/** Keeps the applied generation: cancels the timer and forgets the pending revert. */
+/**
+ * Keeps the applied generation: cancels the timer and forgets the pending revert. Under the host
+ * lock, so it cannot interleave with the revert, and only for the generation recorded as applied:
+ * one whose apply died before recording it is not there to keep (its timer reverts it).
+ */
 export async function confirmGeneration(input: {
   runner: Runner;
   state: StateDir;
 }): Promise<PendingConfirm> {
-  const pending = readPendingConfirm(input.state);
-  if (pending === undefined) {
-    throw new EgressguardError(
-      'usage',
-      'Nothing to confirm: no apply is waiting for confirmation',
-      {
-        hint: 'apply with --confirm-within DURATION first',
-      },
-    );
+  const { state } = input;
+  const lock = await acquireHostLockWaiting(state, 'confirm the applied generation', {
+    timeoutMs: CONFIRM_LOCK_WAIT_MS,
+  });
+  try {
+    const pending = readPendingConfirm(state);
+    if (pending === undefined) {
+      throw new EgressguardError(
+        'usage',
+        'Nothing to confirm: no apply is waiting for confirmation',
+        {
+          hint: 'apply with --confirm-within DURATION first; a reverted apply cannot be confirmed',
+        },
+      );
+    }
+    let applied: number | undefined;
+    try {
+      applied = readGeneration(state, FILES.applied)?.number;
+    } catch {
+      applied = undefined;
+    }
+    if (applied !== pending.generation) {
+      throw new EgressguardError(
+        'usage',
+        `Cannot confirm generation ${pending.generation}: it is not the applied generation (${applied === undefined ? 'none is recorded' : `that is ${applied}`}); its apply did not finish`,
+        { hint: 'its revert runs at the deadline; run `egressguard status`, then apply again' },
+      );
+    }
+    await cancelRevert({ ...input, pending });
+    return pending;
+  } finally {
+    lock.release();
   }
-  await cancelRevert({ ...input, pending });
-  return pending;
 }
 
 /** Forgets a pending revert and stops its timer (confirm; an apply that failed before its commit). */

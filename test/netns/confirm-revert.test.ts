@@ -97,6 +97,14 @@ describe('confirm or revert', () => {
     expect(await liveStamp(lab)).not.toBe(a.hash); // B's table is live, unrecorded, unconfirmed
     expect(pendingOf(state)).toMatchObject({ generation: 2, previous: 1 });
     expect(timerPids([path])).toHaveLength(1);
+    // Nobody can confirm what was never recorded as applied: the timer must run.
+    const confirmed = await cli(['confirm', ...target(lab, path)]);
+    expect(confirmed.exitCode).toBe(2);
+    expect(confirmed.stderr).toContain(
+      'Cannot confirm generation 2: it is not the applied generation (that is 1)',
+    );
+    expect(pendingOf(state)).toMatchObject({ generation: 2 });
+    expect(timerPids([path])).toHaveLength(1);
 
     const reverted = await cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
     expect(JSON.parse(reverted.stdout)).toMatchObject({
@@ -118,13 +126,15 @@ describe('confirm or revert', () => {
     await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
     const holder = holdHostLock(lab, path);
     const started = Date.now();
-    const reverting = cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    const reverting = cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]).then(
+      (result) => ({ ...result, after: Date.now() - started }),
+    );
     await sleep(1500);
     holder.release();
     const reverted = await reverting;
     expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
     expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 1 });
-    expect(Date.now() - started).toBeGreaterThanOrEqual(1500);
+    expect(reverted.after).toBeGreaterThanOrEqual(1500);
     expect(await liveStamp(lab)).toBe(a.hash);
   });
 
@@ -171,6 +181,25 @@ describe('confirm or revert', () => {
     const reverted = await cli(['restore', '--unconfirmed', '3', '--json', ...target(lab, path)]);
     expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 2 });
     expect(await liveStamp(lab)).toBe(b.hash);
+  });
+
+  it('confirms under the host lock, after whoever holds it', async () => {
+    const { path, state } = await fresh('confirm-lock');
+    await apply(lab, path, POLICY_A);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const holder = holdHostLock(lab, path, `revert unconfirmed generation ${b.generation}`);
+    const started = Date.now();
+    const confirming = cli(['confirm', ...target(lab, path)]).then((result) => ({
+      ...result,
+      after: Date.now() - started,
+    }));
+    await sleep(1000);
+    holder.release();
+    const confirmed = await confirming;
+    expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 2' });
+    expect(confirmed.after).toBeGreaterThanOrEqual(1000);
+    expect(pendingOf(state)).toBeUndefined();
+    expect(timerPids([path])).toEqual([]);
   });
 
   it('stops the revert timer when the apply fails before its commit', async () => {
