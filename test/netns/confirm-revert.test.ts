@@ -202,6 +202,29 @@ describe('confirm or revert', () => {
     expect(timerPids([path])).toEqual([]);
   });
 
+  it('prints a confirm command that names the same state directory and table', async () => {
+    const { path } = await fresh('hint');
+    const applied = await cli([
+      'apply',
+      POLICY_A,
+      '--facts',
+      FACTS,
+      '--confirm-within',
+      '60s',
+      '--table',
+      'egressguard',
+      ...target(lab, path),
+    ]);
+    expect(applied.exitCode).toBe(0);
+    const hint = /run `(egressguard confirm[^`]*)`/.exec(applied.stdout)?.[1];
+    expect(hint).toBe(
+      `egressguard confirm --netns ${lab.ns(HOST)} --state-dir ${path} --table egressguard`,
+    );
+    // Pasted as printed, it confirms.
+    const confirmed = await cli((hint ?? '').split(' ').slice(1));
+    expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 1' });
+  });
+
   it('stops the revert timer when the apply fails before its commit', async () => {
     const { path, state } = await fresh('rejected');
     const a = await apply(lab, path, POLICY_A);

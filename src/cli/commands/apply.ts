@@ -59,6 +59,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
       async (
         file: string,
         opts: TargetOptions & { facts?: string; json?: boolean; confirmWithin?: string },
+        command: Command,
       ) => {
         const seconds =
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
@@ -120,7 +121,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
               paint(
                 ctx.output,
                 'yellow',
-                `  run \`egressguard confirm${opts.netns === undefined ? '' : ` --netns ${opts.netns}`}\` before ${pending.deadline}, or it reverts`,
+                `  run \`${confirmCommand(opts, command)}\` before ${pending.deadline}, or it reverts`,
               ),
             );
           }
@@ -128,4 +129,19 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         ctx.setExit(EXIT.ok);
       },
     );
+}
+
+/** The `confirm` to run, with the target options this apply was given (a copy-paste must work). */
+function confirmCommand(opts: TargetOptions, command: Command): string {
+  const args = ['egressguard', 'confirm'];
+  if (opts.netns !== undefined) args.push('--netns', opts.netns);
+  if (opts.stateDir !== undefined) args.push('--state-dir', opts.stateDir);
+  if (opts.table !== undefined && command.getOptionValueSource('table') === 'cli') {
+    args.push('--table', opts.table);
+  }
+  return args.map(shellQuote).join(' ');
+}
+
+function shellQuote(word: string): string {
+  return /^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
