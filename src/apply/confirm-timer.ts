@@ -91,19 +91,30 @@ export function readPendingFile(state: StateDir): PendingFile | undefined {
   const text = state.read(FILES.confirm);
   if (text === undefined) return undefined;
   try {
-    const parsed = JSON.parse(text) as Partial<PendingConfirm>;
-    if (typeof parsed.generation !== 'number' || typeof parsed.timer !== 'object') {
-      return { text, pending: undefined };
-    }
+    const parsed = JSON.parse(text) as Partial<PendingConfirm> | null;
+    const timer = parsed?.timer as Partial<{ kind: string; unit: unknown; pid: unknown }> | null;
+    const isTimer =
+      (timer?.kind === 'systemd' && typeof timer.unit === 'string') ||
+      (timer?.kind === 'process' && typeof timer.pid === 'number');
+    if (!Number.isInteger(parsed?.generation) || !isTimer) return { text, pending: undefined };
     return { text, pending: parsed as PendingConfirm };
   } catch {
     return { text, pending: undefined };
   }
 }
 
+/** The pending revert, if any; an unreadable file is corrupt state, not a crash. */
 export function readPendingConfirm(state: StateDir): PendingConfirm | undefined {
-  const text = state.read(FILES.confirm);
-  return text === undefined ? undefined : (JSON.parse(text) as PendingConfirm);
+  const file = readPendingFile(state);
+  if (file === undefined || file.pending !== undefined) return file?.pending;
+  const path = state.file(FILES.confirm);
+  throw new EgressguardError(
+    'state-corrupt',
+    `Cannot read state "${path}": not a pending confirmation: ${JSON.stringify(file.text.slice(0, 60))}`,
+    {
+      hint: `delete ${path} to keep the applied generation, or run \`egressguard restore --previous\` to go back`,
+    },
+  );
 }
 
 /**

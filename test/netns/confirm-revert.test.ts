@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FILES, readGeneration } from '../../src/apply/index.js';
@@ -223,6 +223,21 @@ describe('confirm or revert', () => {
     // Pasted as printed, it confirms.
     const confirmed = await cli((hint ?? '').split(' ').slice(1));
     expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 1' });
+  });
+
+  it('reports a corrupt pending confirmation as corrupt state, not a crash', async () => {
+    const { path, state } = await fresh('corrupt');
+    await apply(lab, path, POLICY_A, ['--confirm-within', '60s']);
+    writeFileSync(state.file(FILES.confirm), '{"generation": 1, "timer": nul');
+    for (const args of [['confirm'], ['restore', '--unconfirmed', '1']]) {
+      const result = await cli([...args, ...target(lab, path)]);
+      expect(result.exitCode, args[0]).toBe(2);
+      expect(result.stderr).toContain(
+        `error: Cannot read state "${state.file(FILES.confirm)}": not a pending confirmation`,
+      );
+      expect(result.stderr).toContain('hint: delete');
+      expect(result.stderr).not.toContain('Internal error');
+    }
   });
 
   it('stops the revert timer when the apply fails before its commit', async () => {
