@@ -1,4 +1,4 @@
-import type { Artifact, Backend } from '../backends/index.js';
+import type { Artifact, Backend, LiveState } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
@@ -71,9 +71,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       before !== undefined &&
       before.present &&
       before.hash === input.hash &&
-      // A route via a tunnel that is down cannot go in: re-applying would only defer it again.
-      before.missing.every((m) => m.endsWith('(tunnel down)')) &&
-      before.unexpected.length === 0 &&
+      isConverged(before) &&
       current?.hash === input.hash &&
       current.fingerprint === before.fingerprint;
     if (unchanged) {
@@ -121,12 +119,30 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       ({ deferred } = await applier.apply(input.artifacts, { previous: current?.artifacts }));
       committed = true;
       after = await inspector.read(input.artifacts);
-      if (!after.present || after.hash !== input.hash) {
-        throw new EgressguardError(
-          'apply-failed',
-          `Cannot confirm the apply: read-back shows ${after.present ? `hash ${after.hash ?? 'none'}` : 'no table'}, expected ${input.hash}`,
-          { hint: 'run `egressguard status`; something else may be replacing the table' },
-        );
+      checkStamp(after, input.hash);
+      if (!isConverged(after)) {
+        // Once more, routing only: a tunnel that went down meanwhile took its route with it.
+        ({ deferred } = await applier.apply(input.artifacts, {
+          previous: undefined,
+          routingOnly: true,
+        }));
+        after = await inspector.read(input.artifacts);
+        checkStamp(after, input.hash);
+        if (!isConverged(after)) {
+          const missing = after.missing.filter((m) => !isWaitingForTunnel(m));
+          throw new EgressguardError(
+            'partially-applied',
+            `Cannot finish the apply: routing did not converge after the nft commit: ${[
+              missing.length > 0 ? `missing: ${missing.join('; ')}` : '',
+              after.unexpected.length > 0 ? `unexpected: ${after.unexpected.join('; ')}` : '',
+            ]
+              .filter((part) => part !== '')
+              .join('; ')}`,
+            {
+              hint: 'something removes or re-adds our rules and routes (systemd-networkd? run `egressguard doctor`); fix it and apply again',
+            },
+          );
+        }
       }
     } catch (error) {
       const partially = error instanceof EgressguardError && error.code === 'partially-applied';
@@ -182,6 +198,25 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   } finally {
     lock.release();
   }
+}
+
+/** Every route and rule is live, except routes via a tunnel that is down, and none is extra. */
+function isConverged(live: LiveState): boolean {
+  return live.missing.every(isWaitingForTunnel) && live.unexpected.length === 0;
+}
+
+/** A route via a tunnel that is down cannot go in: the kernel refuses it until the link is up. */
+function isWaitingForTunnel(missing: string): boolean {
+  return missing.endsWith('(tunnel down)');
+}
+
+function checkStamp(live: LiveState, hash: string): void {
+  if (live.present && live.hash === hash) return;
+  throw new EgressguardError(
+    'apply-failed',
+    `Cannot confirm the apply: read-back shows ${live.present ? `hash ${live.hash ?? 'none'}` : 'no table'}, expected ${hash}`,
+    { hint: 'run `egressguard status`; something else may be replacing the table' },
+  );
 }
 
 /**

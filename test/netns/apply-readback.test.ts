@@ -1,0 +1,77 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Lab } from '../../src/prove/index.js';
+import {
+  FACTS,
+  HOST,
+  POLICY_A,
+  apply,
+  cli,
+  createGatewayLab,
+  createTempDir,
+  routingListing,
+  status,
+  target,
+  writePolicyB,
+} from './support/vpn-gateway-lab.js';
+
+// Read-back (DESIGN.md §5): after the commit, apply checks that what it put in stayed: the stamped
+// hash, and every route and rule (but routes via a tunnel that is down), with none extra. Real
+// kernel, one lab; each case has a state directory of its own.
+
+describe('apply: read back', () => {
+  let lab: Lab;
+  const dirs: ReturnType<typeof createTempDir>[] = [];
+
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+  });
+
+  afterAll(async () => {
+    await lab.destroy();
+    for (const dir of dirs) dir.dispose();
+  });
+
+  const fresh = async (name: string): Promise<string> => {
+    const dir = createTempDir(`egtest-readback-${name}`);
+    dirs.push(dir);
+    expect((await cli(['remove', ...target(lab, dir.path)])).exitCode).toBe(0);
+    return dir.path;
+  };
+
+  it('fails as PartiallyApplied when its routing does not stay, and converges once it does', async () => {
+    const path = await fresh('routing');
+    const a = await apply(lab, path, POLICY_A);
+    // Something deletes our IPv4 rule as soon as it appears (as systemd-networkd would).
+    const deleter = lab
+      .runner(HOST)
+      .start(
+        ['sh', '-c', 'while :; do ip -4 rule del priority 7350 2>/dev/null; sleep 0.001; done'],
+        { effect: 'change' },
+      );
+    const undefer = lab.defer(() => deleter.stop());
+    let failed;
+    try {
+      failed = await cli(['apply', writePolicyB(path), '--facts', FACTS, ...target(lab, path)]);
+    } finally {
+      await deleter.stop();
+      undefer();
+    }
+    expect(failed.exitCode).toBe(2);
+    expect(failed.stderr).toContain(
+      'Cannot finish the apply: routing did not converge after the nft commit: missing: ip rule from 10.10.0.0/24 lookup 7350 priority 7350',
+    );
+    const partial = await status(lab, path);
+    expect(partial).toMatchObject({
+      condition: 'PartiallyApplied',
+      exitCode: 3,
+      appliedHash: a.hash,
+      generation: 1,
+    });
+    expect(partial.reasons.join('\n')).toContain('routing did not converge');
+
+    const b = await apply(lab, path, writePolicyB(path));
+    expect(b).toMatchObject({ changed: true, generation: 2 });
+    expect(await routingListing(lab, 7350)).toContain('7350:\tfrom 10.10.0.0/24 lookup 7350');
+    expect(await status(lab, path)).toMatchObject({ condition: 'InSync', attempt: null });
+  });
+});
