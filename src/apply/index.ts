@@ -1,4 +1,5 @@
 export { applyGeneration, type ApplyInput, type ApplyReport } from './apply-generation.js';
+export { planGeneration } from './plan-generation.js';
 export { readStatus, type Condition, type HostStatus } from './read-status.js';
 export { removeGeneration } from './remove-generation.js';
 export { restoreGeneration, type RestoreOutcome } from './restore-generation.js';

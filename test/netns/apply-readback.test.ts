@@ -74,4 +74,36 @@ describe('apply: read back', () => {
     expect(await routingListing(lab, 7350)).toContain('7350:\tfrom 10.10.0.0/24 lookup 7350');
     expect(await status(lab, path)).toMatchObject({ condition: 'InSync', attempt: null });
   });
+
+  const plan = async (path: string): Promise<{ changes: string[] }> => {
+    const result = await cli(['plan', POLICY_A, '--facts', FACTS, '--json', ...target(lab, path)]);
+    expect(result.exitCode).toBe(0);
+    return JSON.parse(result.stdout) as { changes: string[] };
+  };
+
+  it('plans to replace a table edited since it was applied, though its hash is the same', async () => {
+    const path = await fresh('plan-edited');
+    await apply(lab, path, POLICY_A);
+    expect((await plan(path)).changes).toEqual([]);
+    // An edit that leaves the stamp alone: one more rule in a class chain.
+    await lab
+      .runner(HOST)
+      .run(['nft', 'add', 'rule', 'inet', 'egressguard', 'c_internet_fwd', 'counter'], {
+        effect: 'change',
+      });
+    expect((await plan(path)).changes).toEqual([
+      expect.stringMatching(
+        /^~ table "egressguard": edited since generation 1 was applied \(same hash [0-9a-f]{12}\): apply will replace it$/,
+      ),
+    ]);
+    expect(await apply(lab, path, POLICY_A)).toMatchObject({ changed: true, generation: 2 });
+    expect((await plan(path)).changes).toEqual([]);
+
+    // Another state directory did not apply what is live: apply would load and record it.
+    const other = createTempDir('egtest-readback-plan-other');
+    dirs.push(other);
+    expect((await plan(other.path)).changes).toEqual([
+      '~ table "egressguard": carries this hash, but nothing is recorded as applied: apply will load it again and record it',
+    ]);
+  });
 });

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { planGeneration } from '../../apply/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
@@ -28,11 +29,11 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
     .action(async (file: string, opts: TargetOptions & { facts?: string; json?: boolean }) => {
       const target = resolveTarget(opts);
       const prepared = await preparePolicy(file, target, opts);
-      const applier = target.backend.createApplier({
-        runner: target.runner,
-        tableName: target.table,
+      const plan = await planGeneration({
+        ...target,
+        hash: prepared.hash,
+        artifacts: prepared.artifacts,
       });
-      const plan = await applier.plan(prepared.artifacts);
       const ok = plan.problems.length === 0;
       if (opts.json === true) {
         printJson(ctx.output, {
