@@ -29,6 +29,11 @@ export interface ApplyInput {
   readonly artifacts: readonly Artifact[];
   /** Artifacts of the class lockdown, kept for `restore` when state is lost. */
   readonly lockdown?: string;
+  /**
+   * Apply even when live state looks unchanged: the read-back cannot see every edit (set
+   * elements are not in the terse listing the fingerprint is taken from).
+   */
+  readonly force?: boolean;
   /** Revert unless `confirm` runs within `seconds`. The timer is set before the nft commit. */
   readonly confirm?: {
     readonly seconds: number;
@@ -66,7 +71,10 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       tableName: input.table,
     });
     // Only a re-apply of the recorded hash can be a no-op; anything else goes straight on.
-    const before = current?.hash === input.hash ? await inspector.read(input.artifacts) : undefined;
+    const before =
+      current?.hash === input.hash && input.force !== true
+        ? await inspector.read(input.artifacts)
+        : undefined;
     const unchanged =
       before !== undefined &&
       before.present &&

@@ -75,6 +75,22 @@ describe('apply: read back', () => {
     expect(await status(lab, path)).toMatchObject({ condition: 'InSync', attempt: null });
   });
 
+  it('re-applies with --force what looks unchanged: an added set element goes', async () => {
+    const path = await fresh('force');
+    await apply(lab, path, POLICY_A);
+    const runner = lab.runner(HOST);
+    const set = ['inet', 'egressguard', 's_vpn_ks4'];
+    // Not in the terse listing: the fingerprint cannot see it.
+    await runner.run(['nft', 'add', 'element', ...set, '{ 198.18.0.0/15 }'], { effect: 'change' });
+    const listSet = async (): Promise<string> =>
+      (await runner.run(['nft', 'list', 'set', ...set], { effect: 'read' })).stdout;
+    expect(await listSet()).toContain('198.18.0.0/15');
+    const forced = await apply(lab, path, POLICY_A, ['--force']);
+    expect(forced).toMatchObject({ changed: true, generation: 2 });
+    expect(await listSet()).not.toContain('198.18.0.0/15');
+    expect(await status(lab, path)).toMatchObject({ condition: 'InSync', generation: 2 });
+  });
+
   const plan = async (path: string): Promise<{ changes: string[] }> => {
     const result = await cli(['plan', POLICY_A, '--facts', FACTS, '--json', ...target(lab, path)]);
     expect(result.exitCode).toBe(0);

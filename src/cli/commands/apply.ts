@@ -49,6 +49,10 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         '--confirm-within <duration>',
         'revert to the previous generation unless `egressguard confirm` runs in time (e.g. 60s)',
       )
+      .option(
+        '--force',
+        'apply even when live state looks unchanged (edits of set elements are not visible to the check)',
+      )
       .option('--json', 'print the result as JSON'),
   )
     .addHelpText(
@@ -58,7 +62,12 @@ export function registerApply(program: Command, ctx: CommandContext): void {
     .action(
       async (
         file: string,
-        opts: TargetOptions & { facts?: string; json?: boolean; confirmWithin?: string },
+        opts: TargetOptions & {
+          facts?: string;
+          json?: boolean;
+          confirmWithin?: string;
+          force?: boolean;
+        },
         command: Command,
       ) => {
         const seconds =
@@ -81,6 +90,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           hash: prepared.hash,
           artifacts: prepared.artifacts,
           ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+          ...(opts.force === true ? { force: true } : {}),
           ...(seconds === undefined
             ? {}
             : {
