@@ -4,6 +4,7 @@ import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import {
   acquireHostLockWaiting,
+  currentBootId,
   identityOf,
   isProcessAlive,
   type StateDir,
@@ -19,6 +20,8 @@ export interface PendingConfirm {
   /** The generation live before it, which a revert restores; null: none (a revert removes). */
   readonly previous?: number | null;
   readonly deadline: string;
+  /** The boot the timer runs in: neither kind of timer outlives a reboot. */
+  readonly boot?: string | null;
   readonly timer:
     | { readonly kind: 'systemd'; readonly unit: string }
     | {
@@ -75,6 +78,7 @@ export async function scheduleRevert(input: {
     generation: input.generation,
     previous: input.previous,
     deadline,
+    boot: currentBootId(),
     timer,
   };
   writeJson(input.state, FILES.confirm, pending);

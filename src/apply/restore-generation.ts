@@ -1,7 +1,12 @@
 import type { Backend } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLockWaiting, type HostLock, type StateDir } from '../state/index.js';
+import {
+  acquireHostLockWaiting,
+  currentBootId,
+  type HostLock,
+  type StateDir,
+} from '../state/index.js';
 import {
   clearDeadAttempt,
   FILES,
@@ -11,9 +16,24 @@ import {
   type Generation,
 } from './generation.js';
 import { recordFingerprint } from './record-fingerprint.js';
+import { revertPending } from './revert-generation.js';
+import { readPendingFile, type PendingConfirm } from './confirm-timer.js';
 
 export type RestoreOutcome =
   | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
+  | {
+      readonly kind: 'reverted';
+      readonly generation: number;
+      readonly restored: number;
+      readonly deferred: readonly string[];
+      readonly reason: string;
+    }
+  | {
+      readonly kind: 'removed';
+      readonly generation: number;
+      readonly removed: readonly string[];
+      readonly reason: string;
+    }
   | { readonly kind: 'lockdown'; readonly reason: string }
   | { readonly kind: 'nothing'; readonly reason: string };
 
@@ -56,6 +76,10 @@ export async function restoreGeneration(input: {
     if (state.read(FILES.removed) !== undefined && state.read(FILES.applied) === undefined) {
       return { kind: 'nothing', reason: 'egressguard was removed explicitly' };
     }
+    const pending = readPendingFile(state)?.pending;
+    if (pending?.boot != null && pending.boot !== currentBootId()) {
+      return await revertAtBoot(input, pending);
+    }
     let generation: Generation | undefined;
     try {
       generation = readGeneration(state, FILES.applied);
@@ -80,6 +104,32 @@ export async function restoreGeneration(input: {
     }
   } finally {
     lock.release();
+  }
+}
+
+/**
+ * A confirmation pending from before a reboot: its timer died with that boot (a systemd-run timer
+ * is transient, a timer process is gone), so the revert happens now, or boot would bring back the
+ * unconfirmed generation for good. Whoever rebooted a host they could not reach counts on it.
+ */
+async function revertAtBoot(
+  input: { backend: Backend; runner: Runner; state: StateDir; table: string },
+  pending: PendingConfirm,
+): Promise<RestoreOutcome> {
+  const reason = `generation ${pending.generation} was still unconfirmed when the host went down`;
+  let outcome;
+  try {
+    outcome = await revertPending({ ...input, pending });
+  } catch (error) {
+    return loadLockdown(input, `${reason}, and its revert failed: ${(error as Error).message}`);
+  }
+  switch (outcome.kind) {
+    case 'reverted':
+    case 'removed':
+      return { ...outcome, reason };
+    case 'lockdown':
+    case 'nothing':
+      return { kind: outcome.kind, reason: `${reason}: ${outcome.reason}` };
   }
 }
 

@@ -2,7 +2,7 @@ import type { Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLockWaiting, type StateDir } from '../state/index.js';
-import { readPendingConfirm } from './confirm-timer.js';
+import { readPendingConfirm, type PendingConfirm } from './confirm-timer.js';
 import {
   clearDeadAttempt,
   FILES,
@@ -58,32 +58,45 @@ export async function revertUnconfirmed(input: {
         reason: `generation ${number} was confirmed or superseded: nothing to revert`,
       };
     }
-    const applied = readQuietly(state, FILES.applied);
-    const previous = readQuietly(state, FILES.previous);
-    // Files of an older egressguard do not say what was live before: previous.json did.
-    const to = pending.previous === undefined ? (previous?.number ?? null) : pending.previous;
-    if (to === null) {
-      const removed = await removeOwned(input);
-      return { kind: 'removed', generation: number, removed };
-    }
-    const target = [applied, previous].find((g) => g?.number === to);
-    if (target === undefined) return await lockDown(input, applied, to);
-    const { deferred } = await input.backend
-      .createApplier({ runner: input.runner, tableName: target.table })
-      .apply(target.artifacts, { previous: undefined });
-    // Applied first: a crash between the two writes must not leave the reverted one applied.
-    if (applied?.number !== target.number) {
-      writeGeneration(state, FILES.applied, target);
-      if (applied !== undefined) writeGeneration(state, FILES.previous, applied);
-    }
-    await recordFingerprint({ ...input, generation: target });
-    clearDeadAttempt(state);
-    removeFile(state.file(FILES.confirm));
-    pruneGenerations(state);
-    return { kind: 'reverted', generation: number, restored: target.number, deferred };
+    return await revertPending({ ...input, pending });
   } finally {
     lock.release();
   }
+}
+
+/** The revert itself, under the host lock the caller holds (the timer; boot after a reboot). */
+export async function revertPending(input: {
+  backend: Backend;
+  runner: Runner;
+  state: StateDir;
+  table: string;
+  pending: PendingConfirm;
+}): Promise<RevertOutcome> {
+  const { state, pending } = input;
+  const number = pending.generation;
+  const applied = readQuietly(state, FILES.applied);
+  const previous = readQuietly(state, FILES.previous);
+  // Files of an older egressguard do not say what was live before: previous.json did.
+  const to = pending.previous === undefined ? (previous?.number ?? null) : pending.previous;
+  if (to === null) {
+    const removed = await removeOwned(input);
+    return { kind: 'removed', generation: number, removed };
+  }
+  const target = [applied, previous].find((g) => g?.number === to);
+  if (target === undefined) return await lockDown({ ...input, generation: number }, applied, to);
+  const { deferred } = await input.backend
+    .createApplier({ runner: input.runner, tableName: target.table })
+    .apply(target.artifacts, { previous: undefined });
+  // Applied first: a crash between the two writes must not leave the reverted one applied.
+  if (applied?.number !== target.number) {
+    writeGeneration(state, FILES.applied, target);
+    if (applied !== undefined) writeGeneration(state, FILES.previous, applied);
+  }
+  await recordFingerprint({ ...input, generation: target });
+  clearDeadAttempt(state);
+  removeFile(state.file(FILES.confirm));
+  pruneGenerations(state);
+  return { kind: 'reverted', generation: number, restored: target.number, deferred };
 }
 
 /** The generation to go back to is recorded nowhere any more: fail closed. */

@@ -351,6 +351,48 @@ describe.concurrent('restore at boot: fail closed, and what a crashed apply left
   );
 
   it(
+    'reverts a generation still unconfirmed when the host went down',
+    { concurrent: false },
+    async () => {
+      const dir = createTempDir('egtest-restore-unconfirmed');
+      dirs.push(dir);
+      const hostState = join(dir.path, 'netns', lab.ns(HOST));
+      const a = await apply(lab, dir.path, POLICY_A);
+      await apply(lab, dir.path, writePolicyB(dir.path), ['--confirm-within', '60s']);
+      // The reboot: the timer dies with the boot, and the boot id changes.
+      const file = join(hostState, 'pending-confirm.json');
+      const pending = JSON.parse(readFileSync(file, 'utf8')) as {
+        generation: number;
+        boot: string;
+        timer: { pid: number };
+      };
+      expect(pending).toMatchObject({ generation: 2, boot: expect.any(String) as unknown });
+      process.kill(pending.timer.pid, 'SIGKILL');
+      writeFileSync(
+        file,
+        JSON.stringify({ ...pending, boot: '00000000-0000-4000-8000-0000000000ff' }),
+      );
+      await simulateReboot(lab);
+
+      const restored = await cli(['restore', '--json', ...target(lab, dir.path)]);
+      expect(restored.exitCode).toBe(0);
+      expect(JSON.parse(restored.stdout)).toMatchObject({
+        kind: 'reverted',
+        generation: 2,
+        restored: 1,
+        reason: 'generation 2 was still unconfirmed when the host went down',
+      });
+      expect(await liveStamp(lab)).toBe(a.hash);
+      expect(existsSync(file)).toBe(false);
+      expect(await status(lab, dir.path)).toMatchObject({
+        condition: 'InSync',
+        appliedHash: a.hash,
+        generation: 1,
+      });
+    },
+  );
+
+  it(
     'says Interrupted for an apply of another boot whose pid now runs again',
     { concurrent: false },
     async () => {

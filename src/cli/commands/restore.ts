@@ -1,5 +1,11 @@
 import type { Command } from 'commander';
-import { FILES, restoreGeneration, revertUnconfirmed } from '../../apply/index.js';
+import {
+  FILES,
+  restoreGeneration,
+  revertUnconfirmed,
+  type RestoreOutcome,
+  type RevertOutcome,
+} from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
@@ -28,8 +34,9 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nExit code 0 when the generation, the class lockdown or nothing (after `remove`) was loaded:\n' +
-        'a boot unit must not fail when it did fail closed. The output says which, and why.',
+      '\nExit code 0 when the generation, the class lockdown or nothing (after `remove`) was loaded,\n' +
+        'or a generation left unconfirmed by a reboot was reverted: a boot unit must not fail when it\n' +
+        'did fail closed. The output says which, and why.',
     )
     .action(
       async (
@@ -60,19 +67,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
               : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
           });
           if (opts.json === true) printJson(ctx.output, outcome);
-          else if (outcome.kind === 'reverted') {
-            printLine(
-              ctx.output,
-              `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
-            );
-            for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
-          } else if (outcome.kind === 'removed') {
-            printLine(
-              ctx.output,
-              `reverted generation ${outcome.generation}, the first: removed what egressguard owns`,
-            );
-            for (const r of outcome.removed) printLine(ctx.output, `  removed ${r}`);
-          } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
+          else printOutcome(ctx, outcome);
           ctx.setExit(EXIT.ok);
           return;
         }
@@ -84,13 +79,39 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
             : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
         });
         if (opts.json === true) printJson(ctx.output, outcome);
-        else if (outcome.kind === 'restored') {
-          printLine(ctx.output, `restored generation ${outcome.generation}`);
-          for (const d of outcome.deferred) printLine(ctx.output, `  waiting: ${d}`);
-        } else printLine(ctx.output, `${outcome.kind}: ${outcome.reason}`);
+        else printOutcome(ctx, outcome);
         ctx.setExit(EXIT.ok);
       },
     );
+}
+
+function printOutcome(ctx: CommandContext, outcome: RestoreOutcome | RevertOutcome): void {
+  const o = ctx.output;
+  switch (outcome.kind) {
+    case 'restored':
+      printLine(o, `restored generation ${outcome.generation}`);
+      for (const d of outcome.deferred) printLine(o, `  waiting: ${d}`);
+      return;
+    case 'reverted':
+      printLine(
+        o,
+        `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
+      );
+      if ('reason' in outcome) printLine(o, `  why: ${outcome.reason}`);
+      for (const d of outcome.deferred) printLine(o, `  waiting: ${d}`);
+      return;
+    case 'removed':
+      printLine(
+        o,
+        `reverted generation ${outcome.generation}, the first: removed what egressguard owns`,
+      );
+      if ('reason' in outcome) printLine(o, `  why: ${outcome.reason}`);
+      for (const r of outcome.removed) printLine(o, `  removed ${r}`);
+      return;
+    case 'lockdown':
+    case 'nothing':
+      printLine(o, `${outcome.kind}: ${outcome.reason}`);
+  }
 }
 
 function parseSeconds(text: string): number {
