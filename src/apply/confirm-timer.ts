@@ -189,8 +189,3 @@ export async function cancelRevert(input: {
     }
   }
 }
-
-/** Forgets a pending revert (after it ran). */
-export function clearPendingConfirm(state: StateDir): void {
-  removeFile(state.file(FILES.confirm));
-}

@@ -6,7 +6,6 @@ export { restoreGeneration, type RestoreOutcome } from './restore-generation.js'
 export { revertUnconfirmed, type RevertOutcome } from './revert-generation.js';
 export { FILES, readGeneration, type Generation, type Attempt } from './generation.js';
 export {
-  clearPendingConfirm,
   confirmGeneration,
   readPendingConfirm,
   scheduleRevert,
