@@ -93,11 +93,13 @@ const udp = (dst: string, count: number): PacketSpec => ({
 // beside the confirm-within tests below.
 describe.concurrent('restore at boot', () => {
   let lab: Lab;
-  const state = createTempDir('egtest-restore');
+  // Made in beforeAll: a run filtered to other tests never runs afterAll to remove it.
+  let state: ReturnType<typeof createTempDir>;
   let hashA = '';
   let stateFile = '';
 
   beforeAll(async () => {
+    state = createTempDir('egtest-restore');
     lab = await createGatewayLab();
     hashA = (await apply(lab, state.path, POLICY_A)).hash;
     stateFile = join(state.path, 'netns', lab.ns(HOST), 'applied.json');
@@ -366,8 +368,8 @@ describe.concurrent('restore at boot: fail closed, and what a crashed apply left
         boot: string;
         timer: { pid: number };
       };
-      expect(pending).toMatchObject({ generation: 2, boot: expect.any(String) as unknown });
       process.kill(pending.timer.pid, 'SIGKILL');
+      expect(pending).toMatchObject({ generation: 2, boot: expect.any(String) as unknown });
       writeFileSync(
         file,
         JSON.stringify({ ...pending, boot: '00000000-0000-4000-8000-0000000000ff' }),
