@@ -10,7 +10,7 @@ import {
 } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
-import { applyGeneration, type ApplyReport } from '../apply/index.js';
+import { applyGeneration, type ApplyInput, type ApplyReport } from '../apply/index.js';
 import { classesNotOnHost, lowerPolicy, type PolicyIR } from '../ir/index.js';
 import { DEFAULT_LABELS_FILE, readHostLabels } from './host-labels.js';
 import type { Policy } from '../policy/index.js';
@@ -120,8 +120,12 @@ export async function preparePolicy(
   };
 }
 
-/** Applies a prepared policy to the target (apply, run). */
-export function applyPrepared(target: Target, prepared: Prepared): Promise<ApplyReport> {
+/** Applies a prepared policy to the target (apply, run), with apply's own options. */
+export function applyPrepared(
+  target: Target,
+  prepared: Prepared,
+  extra: Pick<ApplyInput, 'force' | 'confirm'> = {},
+): Promise<ApplyReport> {
   return applyGeneration({
     backend: target.backend,
     runner: target.runner,
@@ -131,6 +135,7 @@ export function applyPrepared(target: Target, prepared: Prepared): Promise<Apply
     hash: prepared.hash,
     artifacts: prepared.artifacts,
     ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+    ...extra,
   });
 }
 

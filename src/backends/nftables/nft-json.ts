@@ -35,10 +35,18 @@ export function selectTable(json: string, table: string, family = 'inet'): NftTa
  * packets flow.
  */
 export function fingerprintTable(objects: NftTableObjects['objects']): string {
+  // nft lists a table's objects in creation order, which an in-place replace changes: sort them
+  // (rules keep their order within their chain, which is what decides).
+  const lines = objects.map(({ kind, body }, index) => ({
+    key:
+      kind === 'rule'
+        ? `rule ${String(body['chain'])} ${String(index).padStart(9, '0')}`
+        : `${kind} ${String(body['name'])}`,
+    text: `${kind}:${JSON.stringify(normalise(kind, body))}\n`,
+  }));
+  lines.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const hash = createHash('sha256');
-  for (const { kind, body } of objects) {
-    hash.update(`${kind}:${JSON.stringify(normalise(kind, body))}\n`);
-  }
+  for (const line of lines) hash.update(line.text);
   return hash.digest('hex');
 }
 

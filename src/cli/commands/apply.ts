@@ -1,10 +1,10 @@
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { applyGeneration } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
+  applyPrepared,
   addTargetOptions,
   preparePolicy,
   resolveTarget,
@@ -80,16 +80,8 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           '--table',
           target.table,
         ];
-        // applyPrepared's fields, plus the confirm timer, which must be set before the commit.
-        const report = await applyGeneration({
-          backend: target.backend,
-          runner: target.runner,
-          state: target.state,
-          table: target.table,
-          policy: prepared.policy.name,
-          hash: prepared.hash,
-          artifacts: prepared.artifacts,
-          ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
+        // The confirm timer goes in with the apply: it must be set before the nft commit.
+        const report = await applyPrepared(target, prepared, {
           ...(opts.force === true ? { force: true } : {}),
           ...(seconds === undefined
             ? {}
