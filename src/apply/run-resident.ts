@@ -9,7 +9,8 @@ const LOCK_RETRY_MS = 250;
 
 export interface ResidentLogEntry {
   readonly time: string;
-  readonly action: 'watching' | 'repaired-table' | 'readded-routes' | 'skipped' | 'error';
+  readonly action:
+    'watching' | 'reapplied' | 'repaired-table' | 'readded-routes' | 'skipped' | 'error';
   readonly message: string;
 }
 
@@ -26,6 +27,11 @@ export async function runResident(input: {
   log: (entry: ResidentLogEntry) => void;
   signal: AbortSignal;
   tickMs?: number;
+  /**
+   * Re-reads the host's facts and recompiles; applies when the host config hash moved (an uplink
+   * or a local prefix changed) and says what it did. Facts are re-resolved on every reconcile.
+   */
+  refresh?: () => Promise<string | undefined>;
 }): Promise<void> {
   const context = { runner: input.runner, tableName: input.table };
   const watcher = input.backend.createWatcher?.(context);
@@ -78,6 +84,19 @@ export async function runResident(input: {
   };
 
   const reconcileOnce = async (reason: string): Promise<void> => {
+    if (input.refresh !== undefined && !reason.startsWith('ruleset')) {
+      // A policy edited into an invalid one, or facts that cannot be read, must not stop the
+      // repairs of what is applied: say so and carry on.
+      try {
+        const reapplied = await input.refresh();
+        if (reapplied !== undefined) log('reapplied', `${reapplied} (${reason})`);
+      } catch (error) {
+        log(
+          'error',
+          `Cannot refresh from the policy and host facts, keeping what is applied: ${(error as Error).message}`,
+        );
+      }
+    }
     if ((await diagnose()) === undefined) return;
     let lock;
     try {

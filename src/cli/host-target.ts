@@ -83,7 +83,7 @@ export interface Prepared {
 export async function preparePolicy(
   file: string,
   target: Target,
-  options: { facts?: string | undefined },
+  options: { facts?: string | undefined; quiet?: boolean },
 ): Promise<Prepared> {
   // The live listings are processes: let them run while this process validates the policy.
   const gathering =
@@ -95,7 +95,7 @@ export async function preparePolicy(
   const facts = gathering === undefined ? readHostFacts(options.facts ?? '') : await gathering;
   const ir = lowerPolicy(policy, facts);
   // A class limited to other hosts is left out on purpose; say so, or its absence looks like a bug.
-  for (const skipped of classesNotOnHost(policy, facts)) {
+  for (const skipped of options.quiet === true ? [] : classesNotOnHost(policy, facts)) {
     const wanted = Object.entries(skipped.labels)
       .map(([k, v]) => `${k}=${v}`)
       .join(', ');

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { runResident } from '../../apply/index.js';
+import { FILES, readGeneration, runResident } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
@@ -65,6 +65,18 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             log: emit,
             signal: controller.signal,
             tickMs,
+            // The policy file and the host's facts are read again at every reconcile: an uplink
+            // that changed moves the hash, and the new generation is applied.
+            refresh: async () => {
+              const fresh = await preparePolicy(file, target, { ...opts, quiet: true });
+              // Same hash: live drift is the repair loop's job (it re-adds routes only).
+              if (fresh.hash === readGeneration(target.state, FILES.applied)?.hash)
+                return undefined;
+              const now = await applyPrepared(target, fresh);
+              return now.changed
+                ? `applied generation ${now.generation.number}, hash ${now.generation.hash.slice(0, 12)}`
+                : undefined;
+            },
           });
         } finally {
           process.off('SIGINT', stop);
