@@ -49,6 +49,8 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
         },
       ) => {
         const target = resolveTarget(opts);
+        const lockWait =
+          opts.lockWait === undefined ? {} : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 };
         if (opts.after !== undefined)
           await new Promise((r) => setTimeout(r, Number(opts.after) * 1000));
         if (opts.unconfirmed !== undefined) {
@@ -62,9 +64,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
           const outcome = await revertUnconfirmed({
             ...target,
             generation,
-            ...(opts.lockWait === undefined
-              ? {}
-              : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
+            ...lockWait,
           });
           if (opts.json === true) printJson(ctx.output, outcome);
           else printOutcome(ctx, outcome);
@@ -74,9 +74,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
         const outcome = await restoreGeneration({
           ...target,
           ...(opts.previous === true ? { from: FILES.previous } : {}),
-          ...(opts.lockWait === undefined
-            ? {}
-            : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 }),
+          ...lockWait,
         });
         if (opts.json === true) printJson(ctx.output, outcome);
         else printOutcome(ctx, outcome);

@@ -1,11 +1,5 @@
 import type { Scenario } from '../scenario.js';
-import {
-  killSwitchFlows,
-  noTunnel,
-  recordRecovery,
-  registerTunnelRestore,
-  tunnelRef,
-} from './tunnel-helpers.js';
+import { noTunnel, registerTunnelRestore, runTunnelFault, tunnelRef } from './tunnel-helpers.js';
 
 /**
  * The tunnel loses its carrier: it stays up, its routes stay (flagged linkdown), so neither
@@ -17,18 +11,14 @@ export const carrierLost: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
-    for (const [node, flows] of killSwitchFlows(ctx, { expect: 'confined' })) {
-      ctx.stream(node, flows, 50);
-    }
-    registerTunnelRestore(ctx);
-    for (const tunnel of ctx.plan.tunnels) await ctx.lab.setCarrierOff(tunnelRef(ctx, tunnel));
-    await ctx.measure({ name: 'no carrier', state: 'down' });
-    await ctx.restores.unwind();
-    await recordRecovery(ctx, 'recoveryMs');
-    await ctx.measure({
-      name: 'recovered',
-      state: 'up',
-      select: (p) => p.viaTunnel || 'only tunnel classes are measured again after recovery',
+    await runTunnelFault(ctx, {
+      name: 'no carrier',
+      inflict: async () => {
+        registerTunnelRestore(ctx);
+        for (const tunnel of ctx.plan.tunnels) {
+          await ctx.lab.setCarrierOff(tunnelRef(ctx, tunnel));
+        }
+      },
     });
   },
 };

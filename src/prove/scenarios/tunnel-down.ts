@@ -1,5 +1,5 @@
 import type { Scenario } from '../scenario.js';
-import { killSwitchFlows, noTunnel, recordRecovery, takeTunnelsDown } from './tunnel-helpers.js';
+import { noTunnel, runTunnelFault, takeTunnelsDown } from './tunnel-helpers.js';
 
 /** The tunnel goes down: its routes vanish, the blackhole (and the kill switch) hold. */
 export const tunnelDown: Scenario = {
@@ -8,17 +8,6 @@ export const tunnelDown: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
-    for (const [node, flows] of killSwitchFlows(ctx, { expect: 'confined' })) {
-      ctx.stream(node, flows, 50);
-    }
-    await takeTunnelsDown(ctx);
-    await ctx.measure({ name: 'tunnel down', state: 'down' });
-    await ctx.restores.unwind();
-    await recordRecovery(ctx, 'recoveryMs');
-    await ctx.measure({
-      name: 'recovered',
-      state: 'up',
-      select: (p) => p.viaTunnel || 'only tunnel classes are measured again after recovery',
-    });
+    await runTunnelFault(ctx, { name: 'tunnel down', inflict: () => takeTunnelsDown(ctx) });
   },
 };

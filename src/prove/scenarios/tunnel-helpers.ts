@@ -119,6 +119,38 @@ export async function recordRecovery(ctx: ScenarioContext, metric: string): Prom
   }
 }
 
+/** Streams class traffic that must stay in the tunnel (or be dropped) for the whole scenario. */
+export function streamConfinedTraffic(ctx: ScenarioContext): void {
+  for (const [node, flows] of killSwitchFlows(ctx, { expect: 'confined' })) {
+    ctx.stream(node, flows, 50);
+  }
+}
+
+/** Waits for the resident to re-converge, then measures the tunnel classes again. */
+export async function measureRecovery(ctx: ScenarioContext): Promise<void> {
+  await recordRecovery(ctx, 'recoveryMs');
+  await ctx.measure({
+    name: 'recovered',
+    state: 'up',
+    select: (p) => p.viaTunnel || 'only tunnel classes are measured again after recovery',
+  });
+}
+
+/**
+ * A tunnel fault under traffic: `inflict` registers its restore, then breaks the tunnel; the
+ * probes are measured with it broken, the restores run, and the recovery is measured.
+ */
+export async function runTunnelFault(
+  ctx: ScenarioContext,
+  fault: { readonly name: string; inflict(): Promise<void> },
+): Promise<void> {
+  streamConfinedTraffic(ctx);
+  await fault.inflict();
+  await ctx.measure({ name: fault.name, state: 'down' });
+  await ctx.restores.unwind();
+  await measureRecovery(ctx);
+}
+
 /** Our routing rules' priorities and tables, from the applied steering artifact. */
 export function steeringOf(env: ProofEnvironment): SteeringSpec {
   const text = env.policyA.artifacts.find((a) => a.name === STEERING_ARTIFACT)?.content ?? '{}';

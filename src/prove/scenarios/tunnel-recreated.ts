@@ -1,10 +1,10 @@
 import { addTunnelRoutes } from '../lab-services.js';
 import type { Scenario } from '../scenario.js';
 import {
-  killSwitchFlows,
+  measureRecovery,
   noTunnel,
-  recordRecovery,
   registerTunnelRestore,
+  streamConfinedTraffic,
   tunnelRef,
 } from './tunnel-helpers.js';
 
@@ -18,9 +18,7 @@ export const tunnelRecreated: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
-    for (const [node, flows] of killSwitchFlows(ctx, { expect: 'confined' })) {
-      ctx.stream(node, flows, 50);
-    }
+    streamConfinedTraffic(ctx);
     registerTunnelRestore(ctx);
     for (const tunnel of ctx.plan.tunnels) {
       const ref = tunnelRef(ctx, tunnel);
@@ -31,11 +29,6 @@ export const tunnelRecreated: Scenario = {
       ctx.metric(`${tunnel.iface}.ifindex`, `${before} → ${after}`);
       if (before === after) ctx.finding('failure', `"${tunnel.iface}" kept its ifindex ${after}`);
     }
-    await recordRecovery(ctx, 'recoveryMs');
-    await ctx.measure({
-      name: 'recovered',
-      state: 'up',
-      select: (p) => p.viaTunnel || 'only tunnel classes are measured again after recovery',
-    });
+    await measureRecovery(ctx);
   },
 };
