@@ -30,8 +30,9 @@ export interface ApplyInput {
   /** Artifacts of the class lockdown, kept for `restore` when state is lost. */
   readonly lockdown?: string;
   /**
-   * Apply even when live state looks unchanged: the read-back cannot see every edit (set
-   * elements are not in the terse listing the fingerprint is taken from).
+   * Apply even when live state looks unchanged, and refill the sets that are live already: the
+   * read-back cannot see every edit (set elements are not in the terse listing the fingerprint
+   * is taken from, apart from the small class sets).
    */
   readonly force?: boolean;
   /** Revert unless `confirm` runs within `seconds`. The timer is set before the nft commit. */
@@ -124,7 +125,10 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
           command: input.confirm.revertCommand(number),
         });
       }
-      ({ deferred } = await applier.apply(input.artifacts, { previous: current?.artifacts }));
+      ({ deferred } = await applier.apply(input.artifacts, {
+        previous: current?.artifacts,
+        ...(input.force === true ? { force: true } : {}),
+      }));
       committed = true;
       after = await inspector.read(input.artifacts);
       checkStamp(after, input.hash);

@@ -120,9 +120,12 @@ export async function runResident(input: {
       const wrong = await diagnose();
       if (wrong === undefined) return;
       const { generation, live, tableWrong } = wrong;
+      // Forced: an edit the fingerprint saw may be in a set's elements, which a plain apply
+      // leaves alone when the set's name is live.
       const result = await applier.apply(generation.artifacts, {
         previous: undefined,
         routingOnly: !tableWrong,
+        force: true,
       });
       if (tableWrong) {
         // The repaired table is the new baseline, or a listing that differs only in order

@@ -67,6 +67,8 @@ export interface Applier {
       readonly previous: readonly Artifact[] | undefined;
       /** The firewall state is known intact: only converge routing. */
       readonly routingOnly?: boolean;
+      /** Rewrite state the read-back cannot see (set elements) even where it looks current. */
+      readonly force?: boolean;
     },
   ): Promise<ApplyResult>;
   /** Removes only what we own: routing first, then the firewall state. */

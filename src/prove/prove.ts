@@ -309,8 +309,10 @@ function selectScenarios(ids: readonly string[] | undefined): typeof SCENARIOS {
 }
 
 /**
- * A copy of the policy that differs only in its name, with the list files it reads beside it:
- * applying it replaces the table (a new stamp) and changes nothing enforced.
+ * A copy of the policy with the list files it reads beside it, that differs in its name and in
+ * one more source address per class, which no probe uses (RFC 2544's benchmarking range): applying
+ * it replaces the table (a new stamp) and the class sets (a new content, so new sets are staged
+ * and the rules switch to them), and changes nothing the probes can tell.
  */
 function writePolicyVariant(policy: Policy, file: string, dir: string): string {
   mkdirSync(dir, { recursive: true });
@@ -320,6 +322,12 @@ function writePolicyVariant(policy: Policy, file: string, dir: string): string {
     ['metadata', 'name'],
     name === policy.name ? `${policy.name.slice(0, 27)}-alu` : name,
   );
+  policy.classes.forEach((cls, i) => {
+    if (cls.sources.isEmpty()) return;
+    // One address each: a source belongs to one class only.
+    const address = `198.19.${255 - Math.floor(i / 250)}.${250 - (i % 250)}/32`;
+    document.addIn(['classes', cls.name, 'sources'], address);
+  });
   const networks = document.get('networks', true) as { toJSON(): unknown } | undefined;
   const json = (networks?.toJSON() ?? {}) as Record<string, unknown>;
   for (const definition of Object.values(json)) {

@@ -41,7 +41,10 @@ export interface ProofEnvironment {
   readonly plan: ProofLab;
   readonly host: HostControl;
   readonly probes: readonly LabProbe[];
-  /** The policy as applied, and a variant that differs only in its name (a real replace). */
+  /**
+   * The policy as applied, and a variant that differs in its name and in an address of each
+   * class's sources that no probe uses (a real replace, with new class sets).
+   */
   readonly policyA: CompiledPolicy;
   readonly policyB: CompiledPolicy;
   readonly restores: RestoreStack;

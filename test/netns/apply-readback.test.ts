@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../src/prove/index.js';
+import { liveSetName } from './support/live-set.js';
 import {
   FACTS,
   HOST,
@@ -79,7 +80,7 @@ describe('apply: read back', () => {
     const path = await fresh('force');
     await apply(lab, path, POLICY_A);
     const runner = lab.runner(HOST);
-    const set = ['inet', 'egressguard', 's_vpn_ks4'];
+    const set = ['inet', 'egressguard', await liveSetName(runner, 's_vpn_ks4')];
     // Not in the terse listing: the fingerprint cannot see it.
     await runner.run(['nft', 'add', 'element', ...set, '{ 198.18.0.0/15 }'], { effect: 'change' });
     const listSet = async (): Promise<string> =>

@@ -10,6 +10,7 @@ import {
   DST4,
   DST6,
   FACTS,
+  HOST,
   POLICY_A,
   TUNNEL,
   UPLINK_FAR,
@@ -145,19 +146,30 @@ describe('apply killed at each step', () => {
     live = { side: to, generation: converged.generation };
   });
 
-  it('clears a dead apply’s marker when the next apply finds nothing to change', async () => {
+  it('clears what a dead apply staged, and its marker, at the next apply', async () => {
     const other: Side = live.side === 'A' ? 'B' : 'A';
+    const sets = async (): Promise<number> =>
+      (
+        await lab
+          .runner(HOST)
+          .run(['nft', '-t', 'list', 'table', 'inet', 'egressguard'], { effect: 'read' })
+      ).stdout
+        .split('\n')
+        .filter((l) => l.startsWith('\tset ')).length;
+    const before = await sets();
     const killed = await cli(
       ['apply', policies[other], '--facts', FACTS, ...target(lab, state.path)],
       { faults: 'before-nft-commit=kill' },
     );
     expect(killed.signal).toBe('SIGKILL');
     expect(await status(lab, state.path)).toMatchObject({ condition: 'Interrupted' });
-    // Re-applying what is live changes nothing, and leaves no stale Interrupted behind.
-    expect(await apply(lab, state.path, policies[live.side])).toMatchObject({
-      changed: false,
-      generation: live.generation,
-    });
+    // Killed between staging and swap: the other policy's new sets are in the table, and
+    // nothing refers to them. Re-applying what is live removes them.
+    expect(await sets()).toBeGreaterThan(before);
+    const again = await apply(lab, state.path, policies[live.side]);
+    expect(again).toMatchObject({ changed: true, hash: hashes[live.side] });
+    live = { side: live.side, generation: again.generation };
+    expect(await sets()).toBe(before);
     expect(await status(lab, state.path)).toMatchObject({
       condition: 'InSync',
       liveHash: hashes[live.side],

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRunner } from '../../src/runner/index.js';
 import { REPO, runCli } from '../e2e-cli/run-cli.js';
+import { liveSetName } from './support/live-set.js';
 
 // The sets that say who a class is and where its kill switch lets it go are small; an element
 // slipped into one (a hole in the kill switch) must show as drift and be undone by apply.
@@ -46,15 +47,15 @@ describe('an edited kill-switch exception set', () => {
   it('is drift, and apply --force puts the applied set back', async () => {
     expect((await cli(['apply', POLICY])).exitCode).toBe(0);
     expect((await cli(['status'])).exitCode).toBe(0);
-    await inside.run(
-      ['nft', 'add', 'element', 'inet', 'egressguard', 's_vpn_ks4', '{ 203.0.113.0/24 }'],
-      { effect: 'change' },
-    );
+    const name = await liveSetName(inside, 's_vpn_ks4');
+    await inside.run(['nft', 'add', 'element', 'inet', 'egressguard', name, '{ 203.0.113.0/24 }'], {
+      effect: 'change',
+    });
     const drifted = await cli(['status', '--json']);
     expect(drifted.exitCode).toBe(3);
     expect(JSON.parse(drifted.stdout)).toMatchObject({ condition: 'Drifted' });
     expect((await cli(['apply', POLICY, '--force'])).exitCode).toBe(0);
-    const set = await inside.run(['nft', 'list', 'set', 'inet', 'egressguard', 's_vpn_ks4'], {
+    const set = await inside.run(['nft', 'list', 'set', 'inet', 'egressguard', name], {
       effect: 'read',
     });
     expect(set.stdout).not.toContain('203.0.113.0/24');

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { AddressSet, Family } from '../../core/index.js';
 import type { HostFacts } from '../../facts/index.js';
 import {
@@ -20,6 +21,13 @@ export const LOCKDOWN_ARTIFACT = 'lockdown.nft';
 /** nflog group of audit and drop logs (`egressguard drops` reads it). */
 export const LOG_GROUP = 2;
 const LOG_LIMIT = 'limit rate 20/second burst 40 packets';
+/**
+ * Sets above this many elements are split into shards of contiguous address ranges, so `apply`
+ * can load them in parallel nft processes (nft itself uses one core). A packet is in at most one
+ * shard; a rule over a sharded set becomes one rule per shard, "in none" one rule that checks all.
+ */
+export const SHARD_ELEMENTS = 32_768;
+const MAX_SHARDS = 8;
 
 const FAMILY = {
   4: { nfproto: 'ipv4', addr: 'ip', type: 'ipv4_addr', icmp: 'icmp' },
@@ -55,10 +63,13 @@ export function createNftCompiler(): Compiler {
   };
 }
 
+/** Per family, the names of a set's shards (one name unless the set is large). */
+type SetNames = Partial<Record<Family, readonly string[]>>;
+
 interface Emitter {
   readonly sets: string[];
   readonly counters: Map<string, string>;
-  readonly declared: Map<string, Partial<Record<Family, string>>>;
+  readonly declared: Map<string, SetNames>;
   readonly chains: string[];
   readonly name: (prefix: string, id: string) => string;
 }
@@ -103,9 +114,9 @@ function compileRuleset(
       case 'host': {
         const out = e.name('c_', `${cls.name}_out`);
         for (const f of families) {
-          if (src[f] !== undefined) {
+          for (const match of inSets(f, 'saddr', src[f])) {
             dispatch.output.push(
-              `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${src[f]} jump ${out} comment ${nftString(`class ${cls.name}`)}`,
+              `meta nfproto ${FAMILY[f].nfproto} ${match} jump ${out} comment ${nftString(`class ${cls.name}`)}`,
             );
           }
         }
@@ -118,11 +129,11 @@ function compileRuleset(
     if (cls.nat) {
       const ingress = natIngressMatch(cls.selector);
       for (const f of families) {
-        const set = src[f];
-        if (set === undefined) continue;
-        nat.push(
-          `${ingress}meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr @${set} oifname ${nftString(cls.via.interface)} masquerade comment ${nftString(`class ${cls.name} nat`)}`,
-        );
+        for (const match of inSets(f, 'saddr', src[f])) {
+          nat.push(
+            `${ingress}meta nfproto ${FAMILY[f].nfproto} ${match} oifname ${nftString(cls.via.interface)} masquerade comment ${nftString(`class ${cls.name} nat`)}`,
+          );
+        }
       }
     }
   }
@@ -225,30 +236,46 @@ function nftSet(items: readonly string[]): string {
   return items.length === 1 ? (items[0] ?? '') : `{ ${items.join(', ')} }`;
 }
 
-/** Declares one interval set per family that has addresses; returns their names. */
-function declareAddressSets(
-  e: Emitter,
-  id: string,
-  set: AddressSet,
-  comment: string,
-): Partial<Record<Family, string>> {
+/**
+ * Declares the interval sets of one address set, per family that has addresses, and returns
+ * their names. A name ends in a hash of the set's whole definition: a set whose name is live
+ * already has exactly these elements, so `apply` leaves it alone, and a changed set gets a new
+ * name, so `apply` can load it before the transaction that switches the rules over to it.
+ */
+function declareAddressSets(e: Emitter, id: string, set: AddressSet, comment: string): SetNames {
   const known = e.declared.get(id);
   if (known !== undefined) return known;
-  const names: Partial<Record<Family, string>> = {};
+  const names: Partial<Record<Family, string[]>> = {};
   e.declared.set(id, names);
   for (const f of [4, 6] as const) {
     if (!set.has(f)) continue;
-    const name = e.name('s_', `${id}${f}`);
-    names[f] = name;
+    const base = e.name('s_', `${id}${f}`);
     const elements = set.toCidrs(f);
-    // No auto-merge: AddressSet already merged overlapping and adjacent prefixes, and with
-    // auto-merge nft 1.0.6 takes twice as long to replace a table of 100k elements (0.95 s
-    // against 0.47 s, measured here).
-    e.sets.push(
-      `\tset ${name} {\n\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.join(`,\n\t\t\t     `)} }\n\t}`,
-    );
+    const shards = Math.min(MAX_SHARDS, Math.ceil(elements.length / SHARD_ELEMENTS));
+    const size = Math.ceil(elements.length / shards);
+    names[f] = [];
+    for (let i = 0; i < shards; i++) {
+      // No auto-merge: AddressSet already merged overlapping and adjacent prefixes, and with
+      // auto-merge nft 1.0.6 takes twice as long to replace a table of 100k elements (0.95 s
+      // against 0.47 s, measured here).
+      const definition = `\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.slice(i * size, (i + 1) * size).join(`,\n\t\t\t     `)} }`;
+      const hash = createHash('sha256').update(definition).digest('hex').slice(0, 12);
+      const name = `${base}${shards === 1 ? '' : `_p${i}`}_${hash}`;
+      names[f].push(name);
+      e.sets.push(`\tset ${name} {\n${definition}\n\t}`);
+    }
   }
   return names;
+}
+
+/** One match per shard: a packet is in the set when it is in any of them. */
+function inSets(f: Family, field: 'saddr' | 'daddr', names: readonly string[] = []): string[] {
+  return names.map((name) => `${FAMILY[f].addr} ${field} @${name}`);
+}
+
+/** One match for "in none of the shards" (no match at all when there is no set). */
+function notInSets(f: Family, field: 'saddr' | 'daddr', names: readonly string[] = []): string {
+  return names.map((name) => `${FAMILY[f].addr} ${field} != @${name}`).join(' ');
 }
 
 function counter(e: Emitter, id: string): string {
@@ -293,7 +320,7 @@ function classChain(
   cls: ClassIR,
   ctx: {
     hook: 'forward' | 'input' | 'output';
-    src: Partial<Record<Family, string>>;
+    src: SetNames;
     families: readonly Family[];
     ir: PolicyIR;
   },
@@ -320,8 +347,8 @@ function classChain(
     // reach the class's rules (`to: self`), as the evaluator does.
     const selfMatch = ctx.hook === 'output' ? ` fib daddr type != ${SELF_TYPES}` : '';
     for (const f of ctx.families) {
-      const set = ks[f];
-      const exceptMatch = set === undefined ? '' : ` ${FAMILY[f].addr} daddr != @${set}`;
+      const except = notInSets(f, 'daddr', ks[f]);
+      const exceptMatch = except === '' ? '' : ` ${except}`;
       lines.push(
         ...verdict(
           e,
@@ -340,8 +367,9 @@ function classChain(
   }
   cls.rules.forEach((rule, index) => {
     for (const f of ctx.families) {
-      const match = ruleMatch(e, cls, rule, { index, family: f, hook: ctx.hook });
-      if (match !== undefined) lines.push(...verdict(e, match, rule.id, rule.action));
+      for (const match of ruleMatches(e, cls, rule, { index, family: f, hook: ctx.hook })) {
+        lines.push(...verdict(e, match, rule.id, rule.action));
+      }
     }
   });
   lines.push(...verdict(e, '', cls.defaultAction.id, cls.defaultAction.action));
@@ -352,7 +380,7 @@ function classChain(
  * Anti-spoofing (and IPv6 of a class without IPv6 prefixes): a workload with root can spoof.
  * A host class needs none: its dispatch rules jump by source address already.
  */
-function antiSpoofing(e: Emitter, cls: ClassIR, src: Partial<Record<Family, string>>): string[] {
+function antiSpoofing(e: Emitter, cls: ClassIR, src: SetNames): string[] {
   switch (cls.selector.kind) {
     case 'ingress':
       return sourceChecks(e, cls, src);
@@ -363,7 +391,7 @@ function antiSpoofing(e: Emitter, cls: ClassIR, src: Partial<Record<Family, stri
   }
 }
 
-function sourceChecks(e: Emitter, cls: ClassIR, src: Partial<Record<Family, string>>): string[] {
+function sourceChecks(e: Emitter, cls: ClassIR, src: SetNames): string[] {
   const lines: string[] = [];
   for (const f of [4, 6] as const) {
     const set = src[f];
@@ -371,7 +399,7 @@ function sourceChecks(e: Emitter, cls: ClassIR, src: Partial<Record<Family, stri
       lines.push(
         ...verdict(
           e,
-          `meta nfproto ${FAMILY[f].nfproto} ${FAMILY[f].addr} saddr != @${set}`,
+          `meta nfproto ${FAMILY[f].nfproto} ${notInSets(f, 'saddr', set)}`,
           cls.antiSpoofingId,
           'deny',
         ),
@@ -385,34 +413,38 @@ function sourceChecks(e: Emitter, cls: ClassIR, src: Partial<Record<Family, stri
   return lines;
 }
 
-/** The match of one rule in one family; undefined when it can match nothing there. */
-function ruleMatch(
+/**
+ * The matches of one rule in one family: one, one per shard of its destination set, or none when
+ * it can match nothing there.
+ */
+function ruleMatches(
   e: Emitter,
   cls: ClassIR,
   rule: RuleIR,
   ctx: { index: number; family: Family; hook: 'forward' | 'input' | 'output' },
-): string | undefined {
+): string[] {
   const f = ctx.family;
-  const parts = [`meta nfproto ${FAMILY[f].nfproto}`];
+  let destinations = [''];
+  const parts: string[] = [];
   const destination = rule.match.destination;
   switch (destination.kind) {
     case 'any':
       break;
     case 'self':
-      if (ctx.hook === 'forward') return undefined; // forwarded packets are never for the host
+      if (ctx.hook === 'forward') return []; // forwarded packets are never for the host
       // The kernel delivers its subnets' broadcasts locally too (the evaluator agrees).
       if (ctx.hook === 'output') parts.push(`fib daddr type ${SELF_TYPES}`);
       break;
     case 'addresses': {
       // An emptied destination matches nothing; it must never become match-all.
-      if (!destination.set.has(f)) return undefined;
+      if (!destination.set.has(f)) return [];
       const sets = declareAddressSets(
         e,
         `${cls.name}_r${ctx.index}_dst`,
         destination.set,
         `rule ${rule.id}`,
       );
-      parts.push(`${FAMILY[f].addr} daddr @${sets[f] ?? ''}`);
+      destinations = inSets(f, 'daddr', sets[f]).map((m) => ` ${m}`);
       break;
     }
     default:
@@ -426,7 +458,8 @@ function ruleMatch(
       `th dport ${nftSet(rule.match.ports.map((r) => (r.from === r.to ? String(r.from) : `${r.from}-${r.to}`)))}`,
     );
   }
-  return parts.join(' ');
+  const rest = parts.map((p) => ` ${p}`).join('');
+  return destinations.map((d) => `meta nfproto ${FAMILY[f].nfproto}${d}${rest}`);
 }
 
 function protocolName(protocol: Protocol, family: Family): string {

@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { EgressguardError } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import type {
@@ -15,9 +16,10 @@ import {
   checkRuleset,
   deleteTable,
   loadRuleset,
-  replaceInPlace,
+  loadTable,
+  planLoad,
 } from './nft-applier.js';
-import { readLiveTable } from './nft-inspector.js';
+import { readLiveTable, type LiveTable } from './nft-inspector.js';
 import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
 import { checkTableName } from './nft-names.js';
 import { createNftWatcher } from './nft-watcher.js';
@@ -111,14 +113,12 @@ function createNftApplier(context: BackendContext): Applier {
         );
       }
       if (options.routingOnly !== true) {
-        // A live table is replaced in place (its counters carry on); a missing one is created.
-        const transaction = live.present ? replaceInPlace(ruleset, table, live.objects) : ruleset;
-        await runner.faults.hit('before-nft-commit');
         // The table first: its kill switch covers every intermediate routing state.
-        await loadRuleset(
-          runner,
-          runner.faults.isOn(BROKEN_RULESET_FAULT) ? breakRuleset(transaction, table) : transaction,
-        );
+        await loadCompiled(runner, table, ruleset, live, {
+          force: options.force === true,
+          beforeSwap: () => runner.faults.hit('before-nft-commit'),
+          broken: runner.faults.isOn(BROKEN_RULESET_FAULT),
+        });
       }
       try {
         // Anything that fails from here on is after the commit: roll the table back.
@@ -138,11 +138,9 @@ function createNftApplier(context: BackendContext): Applier {
       } catch (error) {
         if (options.previous !== undefined) {
           const now = await readLiveTable(runner, table);
-          const previous = artifact(options.previous, RULESET_ARTIFACT);
-          await loadRuleset(
-            runner,
-            now.present ? replaceInPlace(previous, table, now.objects) : previous,
-          );
+          await loadCompiled(runner, table, artifact(options.previous, RULESET_ARTIFACT), now, {
+            force: false,
+          });
         }
         throw new EgressguardError(
           'partially-applied',
@@ -176,6 +174,33 @@ function createNftApplier(context: BackendContext): Applier {
       return { removed };
     },
   };
+}
+
+/**
+ * Loads a compiled ruleset onto the live table: new sets staged in parallel (one nft process per
+ * core at most), then one swap transaction. With `broken` (a test fault) the swap is one the
+ * kernel rejects at commit.
+ */
+async function loadCompiled(
+  runner: Runner,
+  table: string,
+  ruleset: string,
+  live: LiveTable,
+  options: { force: boolean; beforeSwap?: () => Promise<void>; broken?: boolean },
+): Promise<void> {
+  const plan = planLoad(ruleset, table, live.objects, {
+    force: options.force,
+    parallel: availableParallelism(),
+  });
+  await loadTable(
+    runner,
+    table,
+    options.broken === true ? { ...plan, swap: breakRuleset(plan.swap, table) } : plan,
+    {
+      tableWasAbsent: !live.present,
+      ...(options.beforeSwap === undefined ? {} : { beforeSwap: options.beforeSwap }),
+    },
+  );
 }
 
 function createNftInspector(context: BackendContext): Inspector {

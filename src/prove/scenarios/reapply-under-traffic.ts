@@ -10,8 +10,8 @@ const SETTLE_MS = 300;
 export const MIN_RATE = 100;
 
 /**
- * The table replaced again and again (the policy alternating with a copy that differs only in
- * its name, so each apply is a real atomic replace) while every class sends TCP, UDP and ICMP
+ * The table replaced again and again (the policy alternating with a copy that differs in its
+ * name and its class sets, so each apply is a real atomic replace that switches sets) while every class sends TCP, UDP and ICMP
  * at `rate` packets per second each, and a spoofing workload of each class sends what
  * anti-spoofing must drop: not one allowed packet lost, not one denied packet beyond a far side.
  */
