@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
+import { packagePath } from '../core/index.js';
 
-/** The package version, read once from package.json (dist/cli → ../../package.json). */
+/** The package version, read once from package.json. */
 export const VERSION: string = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  JSON.parse(readFileSync(packagePath('package.json'), 'utf8')) as {
     version: string;
   }
 ).version;

@@ -15,3 +15,4 @@ export {
 export { AddressSet } from './address-set.js';
 export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
 export { createRandom } from './random.js';
+export { packagePath } from './package-path.js';

@@ -1,16 +1,14 @@
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { EgressguardError } from '../core/index.js';
+import { EgressguardError, packagePath } from '../core/index.js';
 import type { Lab } from './lab/create-lab.js';
 import { routeLine } from './lab/plan-lab.js';
 import { routeFamily } from './lab/topology.js';
 import type { ProofLab } from './plan-proof-lab.js';
 
-const SCRIPTS = fileURLToPath(new URL('../../scripts/lab/', import.meta.url));
 
 /** The path of a script of scripts/lab/ (shipped with the package). */
 export function labScript(name: 'echo.py' | 'probe.py' | 'sender.py'): string {
-  const path = `${SCRIPTS}${name}`;
+  const path = packagePath('scripts', 'lab', name);
   if (!existsSync(path)) {
     throw new EgressguardError('io', `Cannot find the lab script "${path}"`, {
       hint: 'reinstall egressguard: its package ships scripts/lab/',

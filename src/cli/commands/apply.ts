@@ -1,6 +1,5 @@
-import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
-import { EgressguardError } from '../../core/index.js';
+import { EgressguardError, packagePath } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import {
@@ -31,7 +30,7 @@ export function parseDuration(text: string): number {
 
 /** The argv that re-runs this CLI (for timers that outlive this process). */
 export function selfCommand(args: readonly string[]): string[] {
-  const bin = fileURLToPath(new URL('../../../bin/egressguard.js', import.meta.url));
+  const bin = packagePath('bin', 'egressguard.js');
   return [process.execPath, bin, ...args];
 }
 

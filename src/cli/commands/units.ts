@@ -1,8 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { renderUnits } from '../../backends/index.js';
+import { packagePath } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { printJson, printLine } from '../output.js';
@@ -29,7 +29,7 @@ export function registerUnits(program: Command, ctx: CommandContext): void {
     .action((opts: { policy?: string; stateDir: string; out?: string; json?: boolean }) => {
       const units = renderUnits({
         node: process.execPath,
-        bin: fileURLToPath(new URL('../../../bin/egressguard.js', import.meta.url)),
+        bin: packagePath('bin', 'egressguard.js'),
         stateDir: opts.stateDir,
         ...(opts.policy === undefined
           ? {}

@@ -1,6 +1,5 @@
 import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { EgressguardError, parseAddress } from '../../core/index.js';
+import { EgressguardError, packagePath, parseAddress } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import { isNonce } from './create-nonce.js';
 
@@ -46,7 +45,7 @@ export const PACKET_KINDS: readonly PacketKind[] = [
 const IPV6_EXTENSION_HEADERS = new Set([0, 43, 44, 51, 60, 135, 139, 140, 253, 254]);
 const MAX_PACKETS = 10_000;
 const MAX_DURATION_MS = 60_000;
-const SENDER = fileURLToPath(new URL('../../../scripts/lab/sender.py', import.meta.url));
+const SENDER = packagePath('scripts', 'lab', 'sender.py');
 
 /**
  * Sends nonce-stamped packets from the namespace `runner` acts in, through scripts/lab/sender.py
