@@ -14,6 +14,7 @@ import {
   pruneGenerations,
   readGeneration,
   removeFile,
+  storeArtifacts,
   writeGeneration,
   writeJson,
   type Generation,
@@ -110,6 +111,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       outcome: 'in-progress',
     });
     const number = nextGenerationNumber(input.state, current, superseded?.pending);
+    // Written while nft works; recorded only once the apply went in.
+    const storing = storeArtifacts(input.state, number, input.hash, input.artifacts);
+    storing.catch(() => undefined); // awaited on both paths below
     let pending: PendingConfirm | undefined;
     let committed = false;
     let deferred: readonly string[];
@@ -157,6 +161,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         }
       }
     } catch (error) {
+      await storing.catch(() => undefined);
       const partially = error instanceof EgressguardError && error.code === 'partially-applied';
       if (pending !== undefined && (superseded !== undefined || (!committed && !partially))) {
         // Before the commit nothing went live, so there is nothing to revert. After it, a revert
@@ -186,6 +191,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     if (superseded !== undefined) {
       await retire(input, superseded, { keepFile: pending !== undefined });
     }
+    await storing;
     await input.runner.faults.hit('before-state-write');
     const generation: Generation = {
       format: 'egressguard/generation/v1',

@@ -85,7 +85,7 @@ export function readGeneration(state: StateDir, name: string): Generation | unde
  * each operation calls pruneGenerations once, after its last record.
  */
 export function writeGeneration(state: StateDir, name: string, generation: Generation): void {
-  const dir = `${GENERATIONS}/${generation.number}-${generation.hash.slice(0, 16)}`;
+  const dir = generationDir(generation.number, generation.hash);
   mkdirSync(state.file(dir), { recursive: true, mode: 0o700 });
   const artifacts = generation.artifacts.map((artifact) => {
     const file = `${dir}/${artifact.name}`;
@@ -94,6 +94,31 @@ export function writeGeneration(state: StateDir, name: string, generation: Gener
   });
   const stored: StoredGeneration = { ...generation, artifacts };
   writeJson(state, name, stored);
+}
+
+/**
+ * Writes the artifact files of generation `number` ahead of its record, while the apply runs (a
+ * ruleset of 100k prefixes is megabytes to write and fsync); writeGeneration then finds them.
+ * Files of an apply that does not go in are pruned with the next one's.
+ */
+export async function storeArtifacts(
+  state: StateDir,
+  number: number,
+  hash: string,
+  artifacts: readonly Artifact[],
+): Promise<void> {
+  const dir = generationDir(number, hash);
+  mkdirSync(state.file(dir), { recursive: true, mode: 0o700 });
+  await Promise.all(
+    artifacts.map(async (artifact) => {
+      const file = `${dir}/${artifact.name}`;
+      if (!existsSync(state.file(file))) await state.writeAsync(file, artifact.content);
+    }),
+  );
+}
+
+function generationDir(number: number, hash: string): string {
+  return `${GENERATIONS}/${number}-${hash.slice(0, 16)}`;
 }
 
 /** Removes the artifact directories that neither applied.json nor previous.json points at. */

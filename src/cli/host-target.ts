@@ -88,7 +88,7 @@ export async function preparePolicy(
   // The live listings are processes: let them run while this process validates the policy.
   const gathering =
     options.facts === undefined
-      ? gatherFacts(target.runner, { labels: readHostLabels() })
+      ? gatherFacts(target.runner, { labels: readHostLabels(), tools: false })
       : undefined;
   gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const { policy } = requirePolicy(file);

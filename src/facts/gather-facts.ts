@@ -22,10 +22,14 @@ interface IpRouteJson {
   type?: string;
 }
 
-/** Reads the live host (or a namespace) through the runner: interfaces, routes, versions, labels. */
+/**
+ * Reads the live host (or a namespace) through the runner: interfaces, routes, labels, and the
+ * versions of nft and ip unless `tools` is false (they are for reading, and no compile uses them:
+ * an apply saves two processes).
+ */
 export async function gatherFacts(
   runner: Runner,
-  options: { labels?: Readonly<Record<string, string>> } = {},
+  options: { labels?: Readonly<Record<string, string>>; tools?: boolean } = {},
 ): Promise<HostFacts> {
   if (process.platform !== 'linux') {
     throw new EgressguardError('unsupported', `Cannot gather facts on ${process.platform} yet`, {
@@ -37,15 +41,21 @@ export async function gatherFacts(
     runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' }),
     runner.run(['ip', '-j', '-4', 'route', 'show', 'table', 'main'], { effect: 'read' }),
     runner.run(['ip', '-j', '-6', 'route', 'show', 'table', 'main'], { effect: 'read' }),
-    runner.run(['nft', '--version'], { effect: 'read', allowFailure: true }).catch(() => undefined),
-    runner.run(['ip', '-V'], { effect: 'read', allowFailure: true }),
+    options.tools === false
+      ? undefined
+      : runner
+          .run(['nft', '--version'], { effect: 'read', allowFailure: true })
+          .catch(() => undefined),
+    options.tools === false
+      ? undefined
+      : runner.run(['ip', '-V'], { effect: 'read', allowFailure: true }),
   ]);
   const links = JSON.parse(addresses.stdout) as IpAddrJson[];
   const routes = [routes4, routes6].flatMap((r) => JSON.parse(r.stdout || '[]') as IpRouteJson[]);
   const tools: Record<string, string> = {};
   const nftVersion = /v?(\d+\.\d+(\.\d+)?)/.exec(nft?.stdout ?? '')?.[1];
   if (nftVersion !== undefined) tools['nft'] = nftVersion;
-  const ipVersion = /(\d+\.\d+\.\d+)/.exec(ip.stdout)?.[1];
+  const ipVersion = /(\d+\.\d+\.\d+)/.exec(ip?.stdout ?? '')?.[1];
   if (ipVersion !== undefined) tools['ip'] = ipVersion;
 
   return parseHostFacts(

@@ -51,3 +51,29 @@ describe('commands that change state behind a reading verb', () => {
     expect(isReadOnlyCommand(argv)).toBe(true);
   });
 });
+
+describe('ip -batch - with its commands on stdin', () => {
+  const batch = ['ip', '-n', 'lab1', '-j', '-N', '-4', '-batch', '-'];
+
+  it('is a read when every command is one (comments and blank lines aside)', () => {
+    expect(isReadOnlyCommand(batch, 'rule show\n\n# ours\nroute show table all proto 104\n')).toBe(
+      true,
+    );
+  });
+
+  it.each([
+    ['a change among the reads', 'rule show\nroute del default\n'],
+    ['nothing to run', '\n'],
+  ])('is a change with %s', (_, input) => {
+    expect(isReadOnlyCommand(batch, input)).toBe(false);
+  });
+
+  it.each([
+    [['ip', '-batch', '-'], undefined],
+    [['ip', '-force', '-batch', '-'], 'rule show\n'],
+    [['ip', '-batch', '/tmp/cmds'], 'rule show\n'],
+    [['ip', 'route', 'flush', 'all', '-batch', '-'], 'rule show\n'],
+  ])('%j with input %j is a change', (argv, input) => {
+    expect(isReadOnlyCommand(argv, input)).toBe(false);
+  });
+});

@@ -1,15 +1,16 @@
 /**
  * Whether a command line only reads state. Anything not recognised here counts as a change, so the
- * root-namespace guard fails closed on commands it does not know.
+ * root-namespace guard fails closed on commands it does not know. `input` is what the command
+ * reads on stdin: `ip -batch -` is a read when every command it is given is one.
  */
-export function isReadOnlyCommand(argv: readonly string[]): boolean {
+export function isReadOnlyCommand(argv: readonly string[], input?: string): boolean {
   const [cmd, ...args] = argv;
   const name = cmd?.split('/').pop();
   switch (name) {
     case 'nft':
       return isReadOnlyNft(args);
     case 'ip':
-      return isReadOnlyIp(args);
+      return isReadOnlyIpBatch(args, input) ?? isReadOnlyIp(args);
     case 'tc':
       return isReadOnlyTc(args);
     case 'pfctl':
@@ -76,6 +77,27 @@ const IP_VALUE_OPTIONS = new Set([
   '-l',
   '-loops',
 ]);
+
+/**
+ * `ip [options] -batch -` with its commands on stdin: each line (ip's own comments aside) is
+ * classified as `ip [options] LINE`. Undefined when this is not such a batch; -force never is.
+ */
+function isReadOnlyIpBatch(
+  args: readonly string[],
+  input: string | undefined,
+): boolean | undefined {
+  const at = args.findIndex((a) => a === '-b' || a === '-batch');
+  if (at === -1 || args[at + 1] !== '-' || input === undefined || args.includes('-force')) {
+    return undefined;
+  }
+  const options = args.filter((_, i) => i !== at && i !== at + 1);
+  if (operands(options, IP_VALUE_OPTIONS).length > 0) return false; // a command beside the batch
+  const lines = input
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l !== '' && !l.startsWith('#'));
+  return lines.length > 0 && lines.every((l) => isReadOnlyIp([...options, ...l.split(/\s+/)]));
+}
 
 function isReadOnlyIp(args: readonly string[]): boolean {
   // A batch file or -force can hold any change.

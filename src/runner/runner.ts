@@ -100,8 +100,10 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
   const prepare = (
     argv: readonly string[],
     declared: Effect,
+    input?: string,
   ): { full: string[]; effect: Effect } => {
-    const effect: Effect = declared === 'read' && isReadOnlyCommand(argv) ? 'read' : 'change';
+    const effect: Effect =
+      declared === 'read' && isReadOnlyCommand(argv, input) ? 'read' : 'change';
     if (
       shared.guard &&
       netns === undefined &&
@@ -160,7 +162,7 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
     inNamespace: (other) => makeRunner(shared, other),
 
     async run(argv, options) {
-      const { full, effect } = prepare(argv, options.effect);
+      const { full, effect } = prepare(argv, options.effect, options.input);
       const started = performance.now();
       const result = await runToCompletion(full, options);
       record({

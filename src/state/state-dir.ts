@@ -7,6 +7,7 @@ import {
   fsyncSync,
   closeSync,
 } from 'node:fs';
+import { open, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 
 const DEFAULT_STATE_DIR = '/var/lib/egressguard';
@@ -54,5 +55,20 @@ export class StateDir {
       closeSync(fd);
     }
     renameSync(temp, target);
+  }
+
+  /** `write` off the event loop (libuv's thread pool), for large files written alongside work. */
+  async writeAsync(name: string, content: string): Promise<void> {
+    this.ensure();
+    const target = this.file(name);
+    const temp = `${target}.${process.pid}.tmp`;
+    await writeFile(temp, content, { mode: 0o600 });
+    const handle = await open(temp, 'r');
+    try {
+      await handle.sync();
+    } finally {
+      await handle.close();
+    }
+    await rename(temp, target);
   }
 }

@@ -222,7 +222,8 @@ describe('steering across owned routing tables', () => {
     const listings = host.invocations
       .slice(before)
       .map((i) => i.argv)
-      .filter((argv) => argv.includes('rule') || argv.includes('route'));
+      // Listings run as `ip -batch -` per family, their commands on stdin; -N covers them all.
+      .filter((argv) => argv.includes('rule') || argv.includes('route') || argv.includes('-batch'));
     expect(listings.length).toBeGreaterThan(0);
     for (const argv of listings) expect(argv, argv.join(' ')).toContain('-N');
   });

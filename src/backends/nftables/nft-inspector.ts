@@ -21,6 +21,18 @@ export interface LiveTable {
 
 const STAMP = /eg-hash:([0-9a-f]{64})/;
 
+/**
+ * Our table's objects from the terse listing alone, without the element listings of the class
+ * sets: what planning a load needs, in one process. Its fingerprint is not the one to record.
+ */
+export async function listLiveTable(
+  runner: Runner,
+  table: string,
+): Promise<Pick<LiveTable, 'present' | 'objects'>> {
+  const listing = await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' });
+  return parseLiveTable(listing.stdout, table);
+}
+
 export async function readLiveTable(runner: Runner, table: string): Promise<LiveTable> {
   const listing = await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' });
   const live = parseLiveTable(listing.stdout, table);

@@ -19,7 +19,7 @@ import {
   loadTable,
   planLoad,
 } from './nft-applier.js';
-import { readLiveTable, type LiveTable } from './nft-inspector.js';
+import { listLiveTable, readLiveTable, type LiveTable } from './nft-inspector.js';
 import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
 import { checkTableName } from './nft-names.js';
 import { createNftWatcher } from './nft-watcher.js';
@@ -101,7 +101,7 @@ function createNftApplier(context: BackendContext): Applier {
       const spec = steeringOf(artifacts);
       const [liveSteering, live] = await Promise.all([
         readLiveSteering(runner, steeringScope(spec)),
-        readLiveTable(runner, table),
+        listLiveTable(runner, table),
       ]);
       if (liveSteering.collisions.length > 0) {
         throw new EgressguardError(
@@ -137,7 +137,7 @@ function createNftApplier(context: BackendContext): Applier {
         };
       } catch (error) {
         if (options.previous !== undefined) {
-          const now = await readLiveTable(runner, table);
+          const now = await listLiveTable(runner, table);
           await loadCompiled(runner, table, artifact(options.previous, RULESET_ARTIFACT), now, {
             force: false,
           });
@@ -185,7 +185,7 @@ async function loadCompiled(
   runner: Runner,
   table: string,
   ruleset: string,
-  live: LiveTable,
+  live: Pick<LiveTable, 'present' | 'objects'>,
   options: { force: boolean; beforeSwap?: () => Promise<void>; broken?: boolean },
 ): Promise<void> {
   const plan = planLoad(ruleset, table, live.objects, {

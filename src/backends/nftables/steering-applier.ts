@@ -67,27 +67,24 @@ export async function readLiveSteering(
   const proto = String(spec.protocol);
   const priorities = new Set(spec.tunnels.map((t) => t.priority));
   const tables = [...new Set(spec.tunnels.map((t) => t.table))];
-  // Every listing at once: each is a process, and they are independent. `-N` keeps protocols,
-  // tables and route types numeric: an rt_protos name for our protocol would otherwise make our
-  // own rules look foreign (and "main" is not a table id).
+  // One process per family, both at once. `-N` keeps protocols, tables and route types numeric:
+  // an rt_protos name for our protocol would otherwise make our own rules look foreign (and
+  // "main" is not a table id).
   const families = [4, 6] as const;
-  const list = <T>(family: Family, ...args: string[]): Promise<T[]> =>
-    ipJson<T>(runner, ['-N', FAMILY_FLAG[family], ...args]);
-  const [rules, tagged, inOurTables] = await Promise.all([
-    Promise.all(families.map((f) => list<IpRule>(f, 'rule', 'show'))),
-    Promise.all(
-      families.map((f) => list<IpRoute>(f, 'route', 'show', 'table', 'all', 'proto', proto)),
+  const listings = await Promise.all(
+    families.map((family) =>
+      ipJsonBatch<IpRule & IpRoute>(runner, family, [
+        ['rule', 'show'],
+        ['route', 'show', 'table', 'all', 'proto', proto],
+        ...tables.map((table) => ['route', 'show', 'table', String(table)]),
+      ]),
     ),
-    Promise.all(
-      families.flatMap((family) =>
-        tables.map(async (table) => ({
-          family,
-          table,
-          routes: await list<IpRoute>(family, 'route', 'show', 'table', String(table)),
-        })),
-      ),
-    ),
-  ]);
+  );
+  const rules = listings.map((l) => l[0] ?? []);
+  const tagged = listings.map((l) => l[1] ?? []);
+  const inOurTables = families.flatMap((family, i) =>
+    tables.map((table, t) => ({ family, table, routes: listings[i]?.[2 + t] ?? [] })),
+  );
   families.forEach((family, i) => {
     for (const rule of rules[i] ?? []) {
       if (rule.protocol === proto) {
@@ -231,6 +228,32 @@ function routeArgs(route: SteeringRoute): string[] {
   args.push('table', String(route.table));
   args.push('metric', String(route.metric));
   return args;
+}
+
+/**
+ * Listings of one family in one process (`ip -batch -`), one JSON array per line. Should the
+ * batch not answer every command, each listing runs on its own instead.
+ */
+async function ipJsonBatch<T>(
+  runner: Runner,
+  family: Family,
+  commands: readonly (readonly string[])[],
+): Promise<T[][]> {
+  const flags = ['-N', FAMILY_FLAG[family]];
+  const result = await runner.run(['ip', '-j', ...flags, '-batch', '-'], {
+    effect: 'read',
+    input: `${commands.map((c) => c.join(' ')).join('\n')}\n`,
+    allowFailure: true,
+  });
+  const lines = result.stdout.split('\n').filter((l) => l.trim() !== '');
+  if (result.exitCode === 0 && lines.length === commands.length) {
+    try {
+      return lines.map((l) => JSON.parse(l) as T[]);
+    } catch {
+      // not one array per line after all: ask one at a time
+    }
+  }
+  return Promise.all(commands.map((c) => ipJson<T>(runner, [...flags, ...c])));
 }
 
 async function ipJson<T>(runner: Runner, args: readonly string[]): Promise<T[]> {
