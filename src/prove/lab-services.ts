@@ -5,7 +5,6 @@ import { routeLine } from './lab/plan-lab.js';
 import { routeFamily } from './lab/topology.js';
 import type { ProofLab } from './plan-proof-lab.js';
 
-
 /** The path of a script of scripts/lab/ (shipped with the package). */
 export function labScript(name: 'echo.py' | 'probe.py' | 'sender.py'): string {
   const path = packagePath('scripts', 'lab', name);
