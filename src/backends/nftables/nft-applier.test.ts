@@ -43,7 +43,10 @@ table inet eg {
 `;
 
 const live = (...objects: [string, string][]): LiveObject[] =>
-  objects.map(([kind, name]) => ({ kind, body: { name } }));
+  objects.map(([kind, name]) => ({
+    kind,
+    body: kind === 'set' ? { name, type: 'ipv4_addr', flags: ['interval'] } : { name },
+  }));
 
 describe('planLoad', () => {
   it('stages every set of a new table, big ones in parallel, and defines the rest at once', () => {
@@ -121,5 +124,34 @@ describe('planLoad', () => {
     expect(() => planLoad('x\ntable inet eg {\n\trule\n}\n', 'eg', [])).toThrow(
       /Cannot read a block/,
     );
+  });
+
+  it('recreates in the swap a live set of the right name and another type', () => {
+    const plan = planLoad(RULESET, 'eg', [
+      {
+        kind: 'set',
+        body: { name: 's_src4_aaaaaaaaaaaa', type: 'ipv6_addr', flags: ['interval'] },
+      },
+    ]);
+    expect(plan.swap).toContain('delete set inet eg s_src4_aaaaaaaaaaaa\n');
+    expect(plan.swap).toContain('\tset s_src4_aaaaaaaaaaaa {');
+    expect(plan.sets).toContainEqual({
+      name: 's_src4_aaaaaaaaaaaa',
+      action: 'recreate',
+      elements: 1,
+    });
+  });
+
+  it('says what happens to each set, with its element count', () => {
+    const plan = planLoad(
+      RULESET,
+      'eg',
+      live(['set', 's_src4_aaaaaaaaaaaa'], ['set', 's_old_000000000000']),
+    );
+    expect(plan.sets).toEqual([
+      { name: 's_old_000000000000', action: 'delete', elements: 0 },
+      { name: 's_big4_p0_bbbbbbbbbbbb', action: 'stage', elements: 30_000 },
+      { name: 's_big4_p1_cccccccccccc', action: 'stage', elements: 30_000 },
+    ]);
   });
 });

@@ -69,6 +69,15 @@ export interface LoadPlan {
   readonly swap: string;
   /** The sets each staging transaction creates: deleted again if the load fails. */
   readonly staged: readonly (readonly string[])[];
+  /** What happens to each set but the stamp, for `plan`; sets left alone are not listed. */
+  readonly sets: readonly SetChange[];
+}
+
+export interface SetChange {
+  readonly name: string;
+  /** staged before the swap; refilled (flushed, defined) or recreated in it; deleted by it. */
+  readonly action: 'stage' | 'refill' | 'recreate' | 'delete';
+  readonly elements: number;
 }
 
 /** A staging transaction is worth an nft process of its own from about this much text on. */
@@ -98,26 +107,43 @@ export function planLoad(
 ): LoadPlan {
   const target = `inet ${table}`;
   const blocks = definitionBlocks(ruleset, table);
-  const wanted = new Set(blocks.map((b) => `${b.kind} ${b.name}`));
-  const liveSets = new Set<string>();
+  const wanted = new Map(blocks.map((b) => [`${b.kind} ${b.name}`, b]));
   const header = [`table ${target} {}`, `flush table ${target}`];
+  const sets: SetChange[] = [];
+  // Live sets of a wanted name: kept, refilled (force) or, not being what the name says (a
+  // hand-made set of another type), recreated in the swap.
+  const liveSets = new Map<string, 'keep' | 'refill' | 'recreate'>();
   for (const { kind, body } of live) {
     if (kind !== 'set' && kind !== 'chain' && kind !== 'counter') continue;
     const name = typeof body['name'] === 'string' ? body['name'] : '';
-    if (kind === 'set') liveSets.add(name);
-    if (!wanted.has(`${kind} ${name}`) || (kind === 'set' && name === STAMP_SET)) {
+    const block = wanted.get(`${kind} ${name}`);
+    if (block === undefined || (kind === 'set' && name === STAMP_SET)) {
       header.push(`delete ${kind} ${target} ${name}`);
-    } else if (kind === 'set' && options.force === true) {
-      header.push(`flush set ${target} ${name}`);
+      if (kind === 'set' && name !== STAMP_SET) sets.push({ name, action: 'delete', elements: 0 });
+    } else if (kind === 'set') {
+      const fate = !sameDeclaration(block, body)
+        ? 'recreate'
+        : options.force === true
+          ? 'refill'
+          : 'keep';
+      liveSets.set(name, fate);
+      if (fate !== 'keep') {
+        header.push(`${fate === 'refill' ? 'flush' : 'delete'} set ${target} ${name}`);
+        sets.push({ name, action: fate, elements: elementCount(block) });
+      }
     }
   }
   const defined: string[] = [];
   const staged: Block[] = [];
   for (const block of blocks) {
+    const fate = liveSets.get(block.name);
     if (block.kind !== 'set' || block.name === STAMP_SET) defined.push(block.text);
-    else if (!liveSets.has(block.name)) staged.push(block);
-    else if (options.force === true) defined.push(block.text);
+    else if (fate === undefined) staged.push(block);
+    else if (fate !== 'keep') defined.push(block.text);
   }
+  sets.push(
+    ...staged.map((b) => ({ name: b.name, action: 'stage' as const, elements: elementCount(b) })),
+  );
   const groups = groupByWeight(staged, options.parallel ?? 1);
   return {
     stage: groups.map((group) =>
@@ -125,7 +151,32 @@ export function planLoad(
     ),
     swap: [...header, `table ${target} {`, defined.join('\n\n'), '}', ''].join('\n'),
     staged: groups.map((group) => group.map((b) => b.name)),
+    sets,
   };
+}
+
+/** Whether a live set has the type and flags its block declares (the terse listing's view). */
+function sameDeclaration(block: Block, live: Record<string, unknown>): boolean {
+  const end = block.text.indexOf('\n\t\telements');
+  const head = end === -1 ? block.text : block.text.slice(0, end);
+  const type = /\n\t\ttype (\S+)/.exec(head)?.[1];
+  const flags = /\n\t\tflags ([^\n]+)/.exec(head)?.[1]?.split(/,\s*/) ?? [];
+  const liveFlags = Array.isArray(live['flags']) ? (live['flags'] as unknown[]).map(String) : [];
+  return (
+    live['type'] === type &&
+    flags.length === liveFlags.length &&
+    flags.every((f) => liveFlags.includes(f))
+  );
+}
+
+/** Elements in a set block: one more than the separators of its list, none without one. */
+function elementCount(block: Block): number {
+  const start = block.text.indexOf('elements = {');
+  if (start === -1) return 0;
+  let count = 1;
+  for (let i = block.text.indexOf(',', start); i !== -1; i = block.text.indexOf(',', i + 1))
+    count++;
+  return count;
 }
 
 /**

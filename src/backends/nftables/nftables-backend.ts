@@ -1,5 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { EgressguardError } from '../../core/index.js';
+import { assertNever } from '../../ir/index.js';
 import type { Runner } from '../../runner/index.js';
 import type {
   Applier,
@@ -18,6 +19,7 @@ import {
   loadRuleset,
   loadTable,
   planLoad,
+  type SetChange,
 } from './nft-applier.js';
 import { listLiveTable, readLiveTable, type LiveTable } from './nft-inspector.js';
 import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
@@ -90,6 +92,9 @@ function createNftApplier(context: BackendContext): Applier {
       if (!live.present) changes.push(`+ table inet ${table}`);
       else if (live.hash !== wanted)
         changes.push(`~ table inet ${table} (hash ${short(live.hash)} → ${short(wanted)})`);
+      for (const set of planLoad(ruleset, table, live.objects).sets) {
+        changes.push(describeSetChange(set, table));
+      }
       changes.push(...describeDiff(diffSteering(spec, liveSteering)));
       return { changes, problems };
     },
@@ -266,6 +271,23 @@ async function readTunnels(
     const up = (link.flags ?? []).includes('UP') && !(link.flags ?? []).includes('NO-CARRIER');
     return { name, state: up ? ('up' as const) : ('down' as const) };
   });
+}
+
+function describeSetChange(set: SetChange, table: string): string {
+  const what = `set inet ${table} ${set.name}`;
+  const count = `${set.elements.toLocaleString('en-US')} element${set.elements === 1 ? '' : 's'}`;
+  switch (set.action) {
+    case 'stage':
+      return `+ ${what} (${count}, loaded before the swap)`;
+    case 'delete':
+      return `- ${what}`;
+    case 'refill':
+      return `~ ${what} (${count}, refilled)`;
+    case 'recreate':
+      return `~ ${what} (${count}; the live one is of another type: recreated)`;
+    default:
+      return assertNever(set.action);
+  }
 }
 
 function short(hash: string | null): string {
