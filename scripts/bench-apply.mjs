@@ -2,7 +2,8 @@
 // Benchmark of `apply` on Linux (issue 3), inside a throwaway network namespace:
 //  1. `egressguard apply` of a policy with a 100k-prefix blocklist, end to end as a whole CLI
 //     process, against the floor: a bare `nft -f` of the same compiled file plus one
-//     `nft -j -t list ruleset` (target: ratio <= 1.3);
+//     `nft -j -t list ruleset` (target: ratio <= 1.3); fresh (empty namespace), replace (another
+//     list over a live one) and edit (one more rule over a live table, the same list);
 //  2. the drift check behind `status` with 1M set elements, measured inside the process
 //     (target: < 100 ms).
 // Usage: node scripts/bench-apply.mjs [--sizes 100000] [--drift 1000000] [--runs 3]
@@ -68,7 +69,7 @@ function floor(out) {
   inNs(['nft', '-j', '-t', 'list', 'ruleset']);
 }
 
-function writePolicy(dir, count, seed = count) {
+function writePolicy(dir, count, seed = count, extraRule = '') {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'blocklist.txt'), prefixes(count, seed));
   writeFileSync(
@@ -84,6 +85,7 @@ function writePolicy(dir, count, seed = count) {
       '    sources: [10.10.0.0/24]',
       '    rules:',
       '      - { id: deny-blocklist, action: deny, to: blocklist }',
+      ...(extraRule === '' ? [] : [extraRule]),
       '    default: allow',
       '',
     ].join('\n'),
@@ -127,25 +129,51 @@ try {
   };
 
   for (const size of sizes) {
-    // Two policies of the same size: a fresh apply loads A into an empty namespace; a replace
-    // applies B over a live A (the common case on a running host).
+    // Policies of the same size: a fresh apply loads A into an empty namespace; a replace
+    // applies B (another list) over a live A; an edit applies C (A's list, one more rule) over a
+    // live A: the list is the same, only the rules change.
     const facts = writeFacts(cli, work);
     const policyA = writePolicy(join(work, `a${size}`), size, size);
     const policyB = writePolicy(join(work, `b${size}`), size, size + 1);
-    const outA = join(work, `outA${size}`);
-    const outB = join(work, `outB${size}`);
-    cli(['compile', policyA, '--facts', facts, '--out', outA]);
-    cli(['compile', policyB, '--facts', facts, '--out', outB]);
-    const timings = { freshFloor: [], freshApply: [], replaceFloor: [], replaceApply: [] };
+    const policyC = writePolicy(
+      join(work, `c${size}`),
+      size,
+      size,
+      '      - { id: allow-docs, action: allow, to: [192.0.2.0/24] }',
+    );
+    const out = {
+      A: join(work, `outA${size}`),
+      B: join(work, `outB${size}`),
+      C: join(work, `outC${size}`),
+    };
+    for (const [name, policy] of [
+      ['A', policyA],
+      ['B', policyB],
+      ['C', policyC],
+    ]) {
+      cli(['compile', policy, '--facts', facts, '--out', out[name]]);
+    }
+    const timings = {
+      freshFloor: [],
+      freshApply: [],
+      replaceFloor: [],
+      replaceApply: [],
+      editFloor: [],
+      editApply: [],
+    };
     for (let i = 0; i < runs; i++) {
       resetQuietly();
-      timings.freshFloor.push(seconds(() => floor(outA)));
-      timings.replaceFloor.push(seconds(() => floor(outB)));
+      timings.freshFloor.push(seconds(() => floor(out.A)));
+      timings.replaceFloor.push(seconds(() => floor(out.B)));
+      floor(out.A);
+      timings.editFloor.push(seconds(() => floor(out.C)));
       resetQuietly();
       timings.freshApply.push(seconds(() => cli(['apply', policyA, '--netns', ns, '--json'])));
       timings.replaceApply.push(seconds(() => cli(['apply', policyB, '--netns', ns, '--json'])));
+      cli(['apply', policyA, '--netns', ns, '--json']);
+      timings.editApply.push(seconds(() => cli(['apply', policyC, '--netns', ns, '--json'])));
     }
-    for (const kind of ['fresh', 'replace']) {
+    for (const kind of ['fresh', 'replace', 'edit']) {
       const row = {
         size,
         kind,
