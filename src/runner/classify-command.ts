@@ -79,29 +79,43 @@ const IP_VALUE_OPTIONS = new Set([
 ]);
 
 /**
- * `ip [options] -batch -` with its commands on stdin: each line (ip's own comments aside) is
- * classified as `ip [options] LINE`. Undefined when this is not such a batch; -force never is.
+ * ip's options as ip reads them: `--x` is `-x`, and any prefix selects the first option it
+ * starts (in ip's order, -batch before -brief and -family before -force): `-b` is a batch.
+ */
+function ipOption(arg: string): 'batch' | 'force' | undefined {
+  const opt = arg.startsWith('--') ? arg.slice(1) : arg;
+  if (opt.length >= 2 && '-batch'.startsWith(opt)) return 'batch';
+  if (opt.length >= 3 && '-force'.startsWith(opt)) return 'force';
+  return undefined;
+}
+
+/**
+ * `ip [options] -batch -` with its commands on stdin: each line is classified as
+ * `ip [options] LINE`. Undefined when this is not such a batch. Fails closed on anything but
+ * plain words (ip joins lines ending in "\\", cuts at "#" and reads quotes) and on -force.
  */
 function isReadOnlyIpBatch(
   args: readonly string[],
   input: string | undefined,
 ): boolean | undefined {
-  const at = args.findIndex((a) => a === '-b' || a === '-batch');
-  if (at === -1 || args[at + 1] !== '-' || input === undefined || args.includes('-force')) {
-    return undefined;
+  const at = args.findIndex((a) => ipOption(a) === 'batch');
+  if (at === -1) return undefined;
+  if (args[at + 1] !== '-' || input === undefined || args.some((a) => ipOption(a) === 'force')) {
+    return false;
   }
+  if (!/^[A-Za-z0-9 ._:/\n-]*$/.test(input)) return false;
   const options = args.filter((_, i) => i !== at && i !== at + 1);
   if (operands(options, IP_VALUE_OPTIONS).length > 0) return false; // a command beside the batch
   const lines = input
     .split('\n')
     .map((l) => l.trim())
-    .filter((l) => l !== '' && !l.startsWith('#'));
+    .filter((l) => l !== '');
   return lines.length > 0 && lines.every((l) => isReadOnlyIp([...options, ...l.split(/\s+/)]));
 }
 
 function isReadOnlyIp(args: readonly string[]): boolean {
   // A batch file or -force can hold any change.
-  if (args.some((a) => ['-b', '-batch', '-force'].includes(a))) return false;
+  if (args.some((a) => ipOption(a) !== undefined)) return false;
   const words = operands(args, IP_VALUE_OPTIONS);
   if (args.includes('-V') || args.includes('-Version')) return true;
   // `ip xfrm policy show`: xfrm has objects of its own, so its verb comes one word later.

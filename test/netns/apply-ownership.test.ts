@@ -128,7 +128,7 @@ describe('apply: atomicity and ownership', () => {
     expect(broken.exitCode).toBe(2);
     // nft's own message, through the runner's error.
     expect(broken.stderr).toMatch(
-      /error: Command "nft -f -" in namespace "\S+" failed with exit code 1: .*Error: Could not process rule: Too many links/s,
+      /error: Cannot switch to the new table: the kernel rejected the swap transaction; nothing changed \(the staged sets were removed again\): Command "nft -f -" in namespace "\S+" failed with exit code 1: .*Error: Could not process rule: Too many links/s,
     );
 
     expect(await ownTableJson(lab)).toBe(tableBefore); // handles included: not even reloaded

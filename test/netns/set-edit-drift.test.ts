@@ -44,9 +44,7 @@ describe('an edited kill-switch exception set', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('is drift, and apply --force puts the applied set back', async () => {
-    expect((await cli(['apply', POLICY])).exitCode).toBe(0);
-    expect((await cli(['status'])).exitCode).toBe(0);
+  const slipIn = async (): Promise<string> => {
     const name = await liveSetName(inside, 's_vpn_ks4');
     await inside.run(['nft', 'add', 'element', 'inet', 'egressguard', name, '{ 203.0.113.0/24 }'], {
       effect: 'change',
@@ -54,11 +52,27 @@ describe('an edited kill-switch exception set', () => {
     const drifted = await cli(['status', '--json']);
     expect(drifted.exitCode).toBe(3);
     expect(JSON.parse(drifted.stdout)).toMatchObject({ condition: 'Drifted' });
+    return name;
+  };
+  const listSet = async (name: string): Promise<string> =>
+    (await inside.run(['nft', 'list', 'set', 'inet', 'egressguard', name], { effect: 'read' }))
+      .stdout;
+
+  it('is drift, and a plain apply puts the applied set back', async () => {
+    expect((await cli(['apply', POLICY])).exitCode).toBe(0);
+    expect((await cli(['status'])).exitCode).toBe(0);
+    const name = await slipIn();
+    expect((await cli(['apply', POLICY])).exitCode).toBe(0);
+    // The class sets are refilled at every apply: the kept name does not keep the hole.
+    expect(await listSet(name)).not.toContain('203.0.113.0/24');
+    expect(await listSet(name)).toContain('192.168.0.0/16');
+    expect((await cli(['status'])).exitCode).toBe(0);
+  });
+
+  it('is undone by apply --force too, which refills every set', async () => {
+    const name = await slipIn();
     expect((await cli(['apply', POLICY, '--force'])).exitCode).toBe(0);
-    const set = await inside.run(['nft', 'list', 'set', 'inet', 'egressguard', name], {
-      effect: 'read',
-    });
-    expect(set.stdout).not.toContain('203.0.113.0/24');
+    expect(await listSet(name)).not.toContain('203.0.113.0/24');
     expect((await cli(['status'])).exitCode).toBe(0);
   });
 });

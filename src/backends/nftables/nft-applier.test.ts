@@ -1,9 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import { planLoad, type LiveObject } from './nft-applier.js';
+import { definitionHash, setBlock } from './nft-sets.js';
 
-const big = Array.from({ length: 30_000 }, (_, i) => `10.${i >> 8}.${i & 255}.0/32`).join(
-  ',\n\t\t\t     ',
-);
+/** A set named as the compiler names it: its base, then the hash of its definition. */
+function set(base: string, comment: string, elements: readonly string[]) {
+  const definition = `\t\ttype ipv4_addr\n\t\tflags interval\n\t\tcomment "${comment}"\n\t\telements = { ${elements.join(',\n\t\t\t     ')} }`;
+  const name = `${base}_${definitionHash(definition)}`;
+  return { name, text: setBlock(name, definition) };
+}
+
+const hosts = (first: number) =>
+  Array.from({ length: 30_000 }, (_, i) => `${first}.${i >> 8}.${i & 255}.0/32`);
+const SRC = set('s_src4', 'class c sources', ['10.0.0.0/24']);
+const BIG0 = set('s_big4_p0', 'rule deny-big', hosts(10));
+const BIG1 = set('s_big4_p1', 'rule deny-big', hosts(11));
 const RULESET = `# compiled
 table inet eg {}
 delete table inet eg
@@ -17,27 +27,15 @@ table inet eg {
 \t\tcomment "a"
 \t}
 
-\tset s_src4_aaaaaaaaaaaa {
-\t\ttype ipv4_addr
-\t\tflags interval
-\t\telements = { 10.0.0.0/24 }
-\t}
+${SRC.text}
 
-\tset s_big4_p0_bbbbbbbbbbbb {
-\t\ttype ipv4_addr
-\t\tflags interval
-\t\telements = { ${big} }
-\t}
+${BIG0.text}
 
-\tset s_big4_p1_cccccccccccc {
-\t\ttype ipv4_addr
-\t\tflags interval
-\t\telements = { ${big.replaceAll('10.', '11.')} }
-\t}
+${BIG1.text}
 
 \tchain forward {
 \t\ttype filter hook forward priority filter; policy accept;
-\t\tip saddr != @s_src4_aaaaaaaaaaaa counter name n_a drop comment "a"
+\t\tip saddr != @${SRC.name} counter name n_a drop comment "a"
 \t}
 }
 `;
@@ -52,11 +50,7 @@ describe('planLoad', () => {
   it('stages every set of a new table, big ones in parallel, and defines the rest at once', () => {
     const plan = planLoad(RULESET, 'eg', [], { parallel: 2 });
     expect(plan.staged).toHaveLength(2);
-    expect(plan.staged.flat().sort()).toEqual([
-      's_big4_p0_bbbbbbbbbbbb',
-      's_big4_p1_cccccccccccc',
-      's_src4_aaaaaaaaaaaa',
-    ]);
+    expect(plan.staged.flat().sort()).toEqual([BIG0.name, BIG1.name, SRC.name].sort());
     // The two big shards load side by side.
     expect(plan.staged.map((names) => names.filter((n) => n.startsWith('s_big')).length)).toEqual([
       1, 1,
@@ -74,14 +68,14 @@ describe('planLoad', () => {
     expect(plan.swap).not.toContain('delete table');
   });
 
-  it('leaves live sets alone, stages the others, and deletes what the new table lacks', () => {
+  it('keeps a live set named by its content, stages the others, deletes what is gone', () => {
     const plan = planLoad(
       RULESET,
       'eg',
       live(
         ['set', 'stamp'],
-        ['set', 's_src4_aaaaaaaaaaaa'],
-        ['set', 's_big4_p0_000000000000'],
+        ['set', BIG0.name],
+        ['set', 's_big4_p1_000000000000'],
         ['counter', 'n_a'],
         ['counter', 'n_gone'],
         ['chain', 'forward'],
@@ -89,31 +83,57 @@ describe('planLoad', () => {
       ),
       { parallel: 4 },
     );
-    expect(plan.staged.flat().sort()).toEqual(['s_big4_p0_bbbbbbbbbbbb', 's_big4_p1_cccccccccccc']);
-    expect(plan.stage).toHaveLength(2);
+    expect(plan.staged.flat().sort()).toEqual([BIG1.name, SRC.name].sort());
     expect(plan.swap.split('\ntable inet eg {\n')[0]?.split('\n')).toEqual([
       'table inet eg {}',
       'flush table inet eg',
       'delete set inet eg stamp',
-      'delete set inet eg s_big4_p0_000000000000',
+      'delete set inet eg s_big4_p1_000000000000',
       'delete counter inet eg n_gone',
       'delete chain inet eg c_gone',
     ]);
-    expect(plan.swap).not.toContain('\tset s_');
+    expect(plan.swap).not.toContain(`\tset ${BIG0.name} {`);
+    expect(plan.sets).toEqual([
+      { name: 's_big4_p1_000000000000', action: 'delete', elements: 0 },
+      { name: SRC.name, action: 'stage', elements: 1 },
+      { name: BIG1.name, action: 'stage', elements: 30_000 },
+    ]);
   });
 
-  it('with force refills the live sets in the swap instead of trusting their names', () => {
-    const plan = planLoad(RULESET, 'eg', live(['set', 's_src4_aaaaaaaaaaaa']), { force: true });
-    expect(plan.swap).toContain('flush set inet eg s_src4_aaaaaaaaaaaa\n');
-    expect(plan.swap).toContain('\tset s_src4_aaaaaaaaaaaa {');
-    expect(plan.staged.flat()).not.toContain('s_src4_aaaaaaaaaaaa');
+  it('refills a live class set at every apply: an element slipped into one is undone', () => {
+    const plan = planLoad(RULESET, 'eg', live(['set', SRC.name], ['set', BIG0.name]));
+    expect(plan.swap).toContain(`flush set inet eg ${SRC.name}\n`);
+    expect(plan.swap).toContain(`\tset ${SRC.name} {`);
+    expect(plan.swap).not.toContain(`flush set inet eg ${BIG0.name}`);
+    expect(plan.sets).toContainEqual({ name: SRC.name, action: 'refill', elements: 1 });
+  });
+
+  it('refills a live set whose name is not the hash of the content wanted', () => {
+    // A generation written before names carried a hash, restored over a live one of its names.
+    const old = RULESET.replaceAll(BIG0.name, 's_big4_p0');
+    const plan = planLoad(old, 'eg', live(['set', 's_big4_p0']));
+    expect(plan.swap).toContain('flush set inet eg s_big4_p0\n');
+    expect(plan.sets).toContainEqual({ name: 's_big4_p0', action: 'refill', elements: 30_000 });
+  });
+
+  it('with force refills every live set in the swap', () => {
+    const plan = planLoad(RULESET, 'eg', live(['set', BIG0.name]), { force: true });
+    expect(plan.swap).toContain(`flush set inet eg ${BIG0.name}\n`);
+    expect(plan.swap).toContain(`\tset ${BIG0.name} {`);
+    expect(plan.staged.flat()).not.toContain(BIG0.name);
+  });
+
+  it('recreates in the swap a live set of the right name and another type', () => {
+    const plan = planLoad(RULESET, 'eg', [
+      { kind: 'set', body: { name: BIG0.name, type: 'ipv6_addr', flags: ['interval'] } },
+    ]);
+    expect(plan.swap).toContain(`delete set inet eg ${BIG0.name}\n`);
+    expect(plan.swap).toContain(`\tset ${BIG0.name} {`);
+    expect(plan.sets).toContainEqual({ name: BIG0.name, action: 'recreate', elements: 30_000 });
   });
 
   it('keeps small staging in one transaction', () => {
-    const small = RULESET.replace(
-      /\n\n\tset s_big4_p0[\s\S]*?\n\t\}\n\n\tset s_big4_p1[\s\S]*?\n\t\}/,
-      '',
-    );
+    const small = RULESET.replace(`\n\n${BIG0.text}`, '').replace(`\n\n${BIG1.text}`, '');
     expect(planLoad(small, 'eg', [], { parallel: 8 }).stage).toHaveLength(1);
   });
 
@@ -124,34 +144,5 @@ describe('planLoad', () => {
     expect(() => planLoad('x\ntable inet eg {\n\trule\n}\n', 'eg', [])).toThrow(
       /Cannot read a block/,
     );
-  });
-
-  it('recreates in the swap a live set of the right name and another type', () => {
-    const plan = planLoad(RULESET, 'eg', [
-      {
-        kind: 'set',
-        body: { name: 's_src4_aaaaaaaaaaaa', type: 'ipv6_addr', flags: ['interval'] },
-      },
-    ]);
-    expect(plan.swap).toContain('delete set inet eg s_src4_aaaaaaaaaaaa\n');
-    expect(plan.swap).toContain('\tset s_src4_aaaaaaaaaaaa {');
-    expect(plan.sets).toContainEqual({
-      name: 's_src4_aaaaaaaaaaaa',
-      action: 'recreate',
-      elements: 1,
-    });
-  });
-
-  it('says what happens to each set, with its element count', () => {
-    const plan = planLoad(
-      RULESET,
-      'eg',
-      live(['set', 's_src4_aaaaaaaaaaaa'], ['set', 's_old_000000000000']),
-    );
-    expect(plan.sets).toEqual([
-      { name: 's_old_000000000000', action: 'delete', elements: 0 },
-      { name: 's_big4_p0_bbbbbbbbbbbb', action: 'stage', elements: 30_000 },
-      { name: 's_big4_p1_cccccccccccc', action: 'stage', elements: 30_000 },
-    ]);
   });
 });

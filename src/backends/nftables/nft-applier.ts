@@ -1,9 +1,15 @@
 import { EgressguardError } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
+import {
+  CLASS_SET_COMMENT,
+  definitionBlocks,
+  isNamedByContent,
+  STAMP_SET,
+  type Block,
+} from './nft-sets.js';
 
 /**
- * Loads a whole ruleset transaction with `nft -f -`. The transaction declares, deletes and
- * defines our table, so the kernel either takes all of it or keeps the old table: no separate
+ * Loads one transaction with `nft -f -`: the kernel takes all of it or none, so no separate
  * `nft -c` is needed first (it would cost as much as the load).
  */
 export async function loadRuleset(runner: Runner, ruleset: string): Promise<void> {
@@ -14,9 +20,10 @@ export async function loadRuleset(runner: Runner, ruleset: string): Promise<void
 export const BROKEN_RULESET_FAULT = 'compile.broken-ruleset';
 
 /**
- * Test fault only: appends a jump loop to `ruleset`. nft parses and evaluates it; the kernel
- * refuses it at commit ("Too many links"), after the batch already deleted the old table, so it
- * proves the whole transaction is rolled back, not just that nft's parser is strict.
+ * Test fault only: appends a jump loop to `ruleset` (the swap). nft parses and evaluates it; the
+ * kernel refuses it at commit ("Too many links"), after the batch already flushed the old rules
+ * and deleted sets, so it proves the whole transaction is rolled back, not just that nft's parser
+ * is strict; and that the sets staged before it are deleted again.
  */
 export function breakRuleset(ruleset: string, table: string): string {
   const chain = (name: string): string => `inet ${table} eg_fault_${name}`;
@@ -82,22 +89,23 @@ export interface SetChange {
 
 /** A staging transaction is worth an nft process of its own from about this much text on. */
 const STAGE_CHUNK_CHARS = 256 * 1024;
-const STAMP_SET = 'stamp';
 
 /**
  * Plans the load of a compiled ruleset (declare, delete, define) onto the live table, which is
  * replaced in place, never deleted: the swap flushes the rules, deletes what the new definition
  * no longer has, and defines the rest; counters carry on. Set names end in a hash of the set's
- * content (the compiler sees to it), so a set that is live already is left alone, and one that
- * is not is staged first.
+ * content (the compiler sees to it): a live set whose name is the hash of the content wanted is
+ * left alone, and a set the live table lacks is staged first. Live sets of a wanted name are
+ * refilled in the swap when their name is not such a hash (a generation written before names
+ * carried one), when they are class sets (small, fingerprinted by the inspector: an element
+ * slipped into one is drift, and a plain apply undoes it), and, with `force`, all of them.
  *
  * Measured under traffic (prove's reapply scenario): deleting and recreating the table lost 1–6
  * allowed packets per 1,000 replaces, and so did recreating only the sets inside a kept table: a
  * set created in the transaction that makes rules refer to it matches nothing for an instant
  * during the commit, so anti-spoofing dropped legitimate sources. A set staged by an earlier
- * transaction is complete when the rules switch to it. Flushing and refilling a kept set is
- * lossless too, but the kernel walks every old element (+60 ms at 100k): that is what `force`
- * does, to undo hand edits of a set's elements.
+ * transaction is complete when the rules switch to it. Flushing and refilling a kept set in the
+ * swap is lossless too, but the kernel walks every old element (+60 ms at 100k).
  */
 export function planLoad(
   ruleset: string,
@@ -110,8 +118,6 @@ export function planLoad(
   const wanted = new Map(blocks.map((b) => [`${b.kind} ${b.name}`, b]));
   const header = [`table ${target} {}`, `flush table ${target}`];
   const sets: SetChange[] = [];
-  // Live sets of a wanted name: kept, refilled (force) or, not being what the name says (a
-  // hand-made set of another type), recreated in the swap.
   const liveSets = new Map<string, 'keep' | 'refill' | 'recreate'>();
   for (const { kind, body } of live) {
     if (kind !== 'set' && kind !== 'chain' && kind !== 'counter') continue;
@@ -121,11 +127,7 @@ export function planLoad(
       header.push(`delete ${kind} ${target} ${name}`);
       if (kind === 'set' && name !== STAMP_SET) sets.push({ name, action: 'delete', elements: 0 });
     } else if (kind === 'set') {
-      const fate = !sameDeclaration(block, body)
-        ? 'recreate'
-        : options.force === true
-          ? 'refill'
-          : 'keep';
+      const fate = liveSetFate(block, body, options.force === true);
       liveSets.set(name, fate);
       if (fate !== 'keep') {
         header.push(`${fate === 'refill' ? 'flush' : 'delete'} set ${target} ${name}`);
@@ -155,18 +157,26 @@ export function planLoad(
   };
 }
 
-/** Whether a live set has the type and flags its block declares (the terse listing's view). */
-function sameDeclaration(block: Block, live: Record<string, unknown>): boolean {
+/** What the swap does with a live set of a wanted name (see planLoad). */
+function liveSetFate(
+  block: Block,
+  live: Record<string, unknown>,
+  force: boolean,
+): 'keep' | 'refill' | 'recreate' {
   const end = block.text.indexOf('\n\t\telements');
   const head = end === -1 ? block.text : block.text.slice(0, end);
   const type = /\n\t\ttype (\S+)/.exec(head)?.[1];
   const flags = /\n\t\tflags ([^\n]+)/.exec(head)?.[1]?.split(/,\s*/) ?? [];
   const liveFlags = Array.isArray(live['flags']) ? (live['flags'] as unknown[]).map(String) : [];
-  return (
+  const declared =
     live['type'] === type &&
     flags.length === liveFlags.length &&
-    flags.every((f) => liveFlags.includes(f))
-  );
+    flags.every((f) => liveFlags.includes(f));
+  // A set of another type (made by hand) cannot be flushed into shape: it is recreated.
+  if (!declared) return 'recreate';
+  const comment = /\n\t\tcomment "([^"]*)"/.exec(head)?.[1] ?? '';
+  if (force || CLASS_SET_COMMENT.test(comment) || !isNamedByContent(block)) return 'refill';
+  return 'keep';
 }
 
 /** Elements in a set block: one more than the separators of its list, none without one. */
@@ -192,59 +202,36 @@ export async function loadTable(
 ): Promise<void> {
   const results = await Promise.allSettled(plan.stage.map((t) => loadRuleset(runner, t)));
   const loaded = plan.staged.filter((_, i) => results[i]?.status === 'fulfilled').flat();
+  let step = 'Cannot load the new sets before the swap';
   try {
     const failed = results.find((r) => r.status === 'rejected');
     if (failed !== undefined) throw failed.reason;
     await options.beforeSwap?.();
+    step = 'Cannot switch to the new table: the kernel rejected the swap transaction';
     await loadRuleset(runner, plan.swap);
   } catch (error) {
     const undo = options.tableWasAbsent
       ? [`delete table inet ${table}`]
       : loaded.map((name) => `delete set inet ${table} ${name}`);
+    let undone = 'nothing changed';
     if (undo.length > 0) {
-      await runner.run(['nft', '-f', '-'], {
+      const result = await runner.run(['nft', '-f', '-'], {
         effect: 'change',
         input: `${undo.join('\n')}\n`,
         allowFailure: true,
       });
+      undone =
+        result.exitCode === 0
+          ? 'nothing changed (the staged sets were removed again)'
+          : `the staged sets could not be removed (${result.stderr.trim()}); unused, they go with the next apply`;
     }
-    throw error;
-  }
-}
-
-interface Block {
-  readonly kind: string;
-  readonly name: string;
-  readonly text: string;
-}
-
-/** The set, counter and chain blocks of the table definition in a compiled ruleset. */
-function definitionBlocks(ruleset: string, table: string): Block[] {
-  const opening = `\ntable inet ${table} {\n`;
-  const start = ruleset.indexOf(opening);
-  const end = ruleset.lastIndexOf('\n}');
-  if (start === -1 || end < start) {
-    throw new EgressguardError(
-      'state-corrupt',
-      `Cannot find the definition of table inet ${table} in the compiled ruleset`,
-      { hint: 'compile the policy again: the ruleset was not written by this egressguard' },
-    );
-  }
-  // Blocks are separated by an empty line, and none has one inside (elements never do).
-  return ruleset
-    .slice(start + opening.length, end)
-    .split('\n\n')
-    .map((text) => {
-      const match = /^\t(set|chain|counter) (\S+) \{/.exec(text);
-      if (match === null) {
-        throw new EgressguardError(
-          'state-corrupt',
-          `Cannot read a block of the compiled ruleset: ${JSON.stringify(text.slice(0, 60))}`,
-          { hint: 'compile the policy again: the ruleset was not written by this egressguard' },
-        );
-      }
-      return { kind: match[1] ?? '', name: match[2] ?? '', text };
+    // nft's line numbers count in a transaction that is on no disk: say which one it was.
+    if (!(error instanceof EgressguardError) || error.code !== 'command-failed') throw error;
+    throw new EgressguardError(error.code, `${step}; ${undone}: ${error.message}`, {
+      cause: error,
+      hint: 'run `egressguard plan POLICY`: it checks the whole ruleset with `nft -c` and lists the sets',
     });
+  }
 }
 
 /** At most `parallel` groups of similar size: each block, largest first, to the lightest. */

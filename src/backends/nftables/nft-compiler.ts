@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type { AddressSet, Family } from '../../core/index.js';
 import type { HostFacts } from '../../facts/index.js';
 import {
@@ -12,6 +11,7 @@ import {
 import type { Protocol } from '../../policy/index.js';
 import type { Artifact, CompileOptions, Compiler } from '../backend.js';
 import { checkTableName, createNamer, nftString } from './nft-names.js';
+import { definitionHash, setBlock, STAMP_SET } from './nft-sets.js';
 import { compileSteering, STEERING_ARTIFACT } from './steering.js';
 
 export const DEFAULT_TABLE = 'egressguard';
@@ -141,7 +141,10 @@ function compileRuleset(
   const base = (name: string, spec: string, rules: string[]): string =>
     chain(name, [spec, ...rules]);
   const body = [
-    `\tset stamp {\n\t\ttype ipv4_addr\n\t\tcomment ${nftString(`${ctx.stamp} policy ${ir.name}`)}\n\t}`,
+    setBlock(
+      STAMP_SET,
+      `\t\ttype ipv4_addr\n\t\tcomment ${nftString(`${ctx.stamp} policy ${ir.name}`)}`,
+    ),
     ...[...e.counters.entries()].map(
       ([name, id]) => `\tcounter ${name} {\n\t\tcomment ${nftString(id)}\n\t}`,
     ),
@@ -153,8 +156,9 @@ function compileRuleset(
     ...e.chains,
   ];
   return [
-    `# egressguard: policy "${ir.name}". Generated; do not edit. \`egressguard apply\` replaces this`,
-    '# table in one transaction (declare, delete, define), so a rejected load changes nothing.',
+    `# egressguard: policy "${ir.name}". Generated; do not edit. As it is, one transaction that`,
+    '# replaces the table (declare, delete, define). `egressguard apply` loads new sets first, then',
+    '# swaps the rest in one transaction, never deleting the table (docs/linux.md).',
     `table inet ${ctx.table} {}`,
     `delete table inet ${ctx.table}`,
     `table inet ${ctx.table} {`,
@@ -259,10 +263,9 @@ function declareAddressSets(e: Emitter, id: string, set: AddressSet, comment: st
       // auto-merge nft 1.0.6 takes twice as long to replace a table of 100k elements (0.95 s
       // against 0.47 s, measured here).
       const definition = `\t\ttype ${FAMILY[f].type}\n\t\tflags interval\n\t\tcomment ${nftString(comment)}\n\t\telements = { ${elements.slice(i * size, (i + 1) * size).join(`,\n\t\t\t     `)} }`;
-      const hash = createHash('sha256').update(definition).digest('hex').slice(0, 12);
-      const name = `${base}${shards === 1 ? '' : `_p${i}`}_${hash}`;
+      const name = `${base}${shards === 1 ? '' : `_p${i}`}_${definitionHash(definition)}`;
       names[f].push(name);
-      e.sets.push(`\tset ${name} {\n${definition}\n\t}`);
+      e.sets.push(setBlock(name, definition));
     }
   }
   return names;

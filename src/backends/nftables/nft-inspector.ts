@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Runner } from '../../runner/index.js';
 import { fingerprintTable, selectTable } from './nft-json.js';
+import { CLASS_SET_COMMENT, STAMP_SET } from './nft-sets.js';
 
 export interface CounterValue {
   readonly packets: number;
@@ -29,20 +30,24 @@ export async function listLiveTable(
   runner: Runner,
   table: string,
 ): Promise<Pick<LiveTable, 'present' | 'objects'>> {
-  const listing = await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' });
-  return parseLiveTable(listing.stdout, table);
+  return parseLiveTable(await listRuleset(runner), table);
+}
+
+/** `nft -j -t list ruleset`: terse, so fast even beside a million set elements. */
+async function listRuleset(runner: Runner): Promise<string> {
+  return (await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' })).stdout;
 }
 
 export async function readLiveTable(runner: Runner, table: string): Promise<LiveTable> {
-  const listing = await runner.run(['nft', '-j', '-t', 'list', 'ruleset'], { effect: 'read' });
-  const live = parseLiveTable(listing.stdout, table);
+  const listing = await listRuleset(runner);
+  const live = parseLiveTable(listing, table);
   if (!live.present) return live;
   // The terse listing has no set elements, so an added exception would be invisible. The sets
   // that decide who a class is and where its kill switch lets it go are small: list those
   // (~10 ms each, even beside a 100k-element blocklist, which is never listed) and fingerprint
   // their elements too.
-  const watched = selectTable(listing.stdout, table)
-    .objects.filter((o) => o.kind === 'set' && stringOf(o.body['comment']).startsWith('class '))
+  const watched = selectTable(listing, table)
+    .objects.filter((o) => o.kind === 'set' && CLASS_SET_COMMENT.test(stringOf(o.body['comment'])))
     .map((o) => stringOf(o.body['name']))
     .sort();
   const elements = await Promise.all(
@@ -76,7 +81,7 @@ export function parseLiveTable(json: string, table: string): LiveTable {
   let hash: string | null = null;
   const counters = new Map<string, CounterValue & { id: string }>();
   for (const { kind, body } of selected.objects) {
-    if (kind === 'set' && body['name'] === 'stamp') {
+    if (kind === 'set' && body['name'] === STAMP_SET) {
       hash = STAMP.exec(stringOf(body['comment']))?.[1] ?? null;
     }
     if (kind === 'counter') {

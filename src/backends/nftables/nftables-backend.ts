@@ -92,8 +92,9 @@ function createNftApplier(context: BackendContext): Applier {
       if (!live.present) changes.push(`+ table inet ${table}`);
       else if (live.hash !== wanted)
         changes.push(`~ table inet ${table} (hash ${short(live.hash)} → ${short(wanted)})`);
+      // A refill writes a set's own elements again (the class sets, at every apply): no change.
       for (const set of planLoad(ruleset, table, live.objects).sets) {
-        changes.push(describeSetChange(set, table));
+        if (set.action !== 'refill') changes.push(describeSetChange(set, table));
       }
       changes.push(...describeDiff(diffSteering(spec, liveSteering)));
       return { changes, problems };
