@@ -1,15 +1,6 @@
-import {
-  copyFileSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, isAbsolute, join, normalize } from 'node:path';
-import { parseDocument } from 'yaml';
+import { dirname, join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import { readHostFacts, type HostFacts } from '../facts/index.js';
 import {
@@ -28,6 +19,7 @@ import { createLab, type Lab } from './lab/create-lab.js';
 import { expandProbes, type LabProbe, type SkippedProbe } from './lab-probes.js';
 import { startLabServices } from './lab-services.js';
 import { messageOf } from './measure-phase.js';
+import { writePolicyVariant } from './policy-variant.js';
 import { planProofLab } from './plan-proof-lab.js';
 import { RestoreStack, type RestoreRecord } from './restore-stack.js';
 import {
@@ -306,52 +298,6 @@ function selectScenarios(ids: readonly string[] | undefined): typeof SCENARIOS {
     );
   }
   return SCENARIOS.filter((s, i) => i === 0 || ids.includes(s.id));
-}
-
-/**
- * A copy of the policy with the list files it reads beside it, that differs in its name and in
- * one more source address per class, which no probe uses (RFC 2544's benchmarking range): applying
- * it replaces the table (a new stamp) and the class sets (a new content, so new sets are staged
- * and the rules switch to them), and changes nothing the probes can tell.
- */
-function writePolicyVariant(policy: Policy, file: string, dir: string): string {
-  mkdirSync(dir, { recursive: true });
-  const document = parseDocument(readText(file));
-  const name = `${policy.name.slice(0, 27)}-alt`;
-  document.setIn(
-    ['metadata', 'name'],
-    name === policy.name ? `${policy.name.slice(0, 27)}-alu` : name,
-  );
-  policy.classes.forEach((cls, i) => {
-    if (cls.sources.isEmpty()) return;
-    // One address each: a source belongs to one class only.
-    const address = `198.19.${255 - Math.floor(i / 250)}.${250 - (i % 250)}/32`;
-    document.addIn(['classes', cls.name, 'sources'], address);
-  });
-  const networks = document.get('networks', true) as { toJSON(): unknown } | undefined;
-  const json = (networks?.toJSON() ?? {}) as Record<string, unknown>;
-  for (const definition of Object.values(json)) {
-    const files = (definition as { files?: unknown }).files;
-    if (!Array.isArray(files)) continue;
-    for (const listFile of files) {
-      if (typeof listFile !== 'string' || isAbsolute(listFile)) continue;
-      const target = join(dir, normalize(listFile));
-      if (!target.startsWith(dir)) continue; // never outside the copy
-      mkdirSync(dirname(target), { recursive: true });
-      copyFileSync(join(dirname(file), listFile), target);
-    }
-  }
-  const out = join(dir, 'policy.yaml');
-  writeFileSync(out, document.toString());
-  return out;
-}
-
-function readText(file: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch (error) {
-    throw new EgressguardError('io', `Cannot read policy "${file}": ${messageOf(error)}`);
-  }
 }
 
 async function readVersions(

@@ -44,9 +44,7 @@ export class StateDir {
 
   /** Writes atomically: a crash leaves the old file or the new one, never half of either. */
   write(name: string, content: string): void {
-    this.ensure();
-    const target = this.file(name);
-    const temp = `${target}.${process.pid}.tmp`;
+    const { target, temp } = this.prepareWrite(name);
     writeFileSync(temp, content, { mode: 0o600 });
     const fd = openSync(temp, 'r');
     try {
@@ -59,9 +57,7 @@ export class StateDir {
 
   /** `write` off the event loop (libuv's thread pool), for large files written alongside work. */
   async writeAsync(name: string, content: string): Promise<void> {
-    this.ensure();
-    const target = this.file(name);
-    const temp = `${target}.${process.pid}.tmp`;
+    const { target, temp } = this.prepareWrite(name);
     await writeFile(temp, content, { mode: 0o600 });
     const handle = await open(temp, 'r');
     try {
@@ -70,5 +66,12 @@ export class StateDir {
       await handle.close();
     }
     await rename(temp, target);
+  }
+
+  /** The file and the temporary one it is written to first, in an existing directory. */
+  private prepareWrite(name: string): { target: string; temp: string } {
+    this.ensure();
+    const target = this.file(name);
+    return { target, temp: `${target}.${process.pid}.tmp` };
   }
 }

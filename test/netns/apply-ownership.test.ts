@@ -169,6 +169,19 @@ describe('apply: atomicity and ownership', () => {
     expect(await status(lab, state.path)).toMatchObject({ condition: 'NotApplied', exitCode: 3 });
   });
 
+  it('leaves no table behind when the kernel rejects the first one', async () => {
+    // After the removal above: the staging transactions create the table, the swap fails.
+    expect(await ownTableJson(lab)).toBe('[]');
+    const broken = await cli(['apply', POLICY_A, '--facts', FACTS, ...target(lab, state.path)], {
+      faults: 'compile.broken-ruleset=on',
+    });
+    expect(broken.exitCode).toBe(2);
+    expect(broken.stderr).toContain('nothing changed (the staged sets were removed again)');
+    expect(await ownTableJson(lab)).toBe('[]');
+    expect(await foreignState(lab)).toBe(before);
+    expect(await status(lab, state.path)).toMatchObject({ condition: 'NotApplied', exitCode: 3 });
+  });
+
   it('refuses to apply over a foreign rule at its priority, and changes nothing', async () => {
     const runner = lab.runner(HOST);
     await runner.run(

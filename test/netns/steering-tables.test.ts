@@ -226,5 +226,7 @@ describe('steering across owned routing tables', () => {
       .filter((argv) => argv.includes('rule') || argv.includes('route') || argv.includes('-batch'));
     expect(listings.length).toBeGreaterThan(0);
     for (const argv of listings) expect(argv, argv.join(' ')).toContain('-N');
+    // One batch per family answered every listing: none fell back to a process of its own.
+    expect(listings.map((argv) => argv.includes('-batch'))).toEqual([true, true]);
   });
 });
