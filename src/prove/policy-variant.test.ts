@@ -10,7 +10,9 @@ const GATEWAY = fileURLToPath(
   new URL('../../testdata/policies/valid/linux-vpn-gateway/policy.yaml', import.meta.url),
 );
 const temp = mkdtempSync(join(tmpdir(), 'eg-variant-'));
-afterAll(() => rmSync(temp, { recursive: true, force: true }));
+afterAll(() => {
+  rmSync(temp, { recursive: true, force: true });
+});
 
 function load(file: string): Policy {
   const parsed = loadPolicy(file);
