@@ -1,3 +1,5 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../src/prove/index.js';
 import { liveSetName } from './support/live-set.js';
@@ -42,13 +44,15 @@ describe('apply: read back', () => {
   it('fails as PartiallyApplied when its routing does not stay, and converges once it does', async () => {
     const path = await fresh('routing');
     const a = await apply(lab, path, POLICY_A);
-    // Something deletes our IPv4 rule as soon as it appears (as systemd-networkd would).
+    // Something deletes our IPv4 rule as soon as it appears (as systemd-networkd would): ip
+    // processes of a thousand deletions each, back to back, so no read-back slips between.
+    const deletions = join(path, 'deletions');
+    writeFileSync(deletions, 'rule del priority 7350\n'.repeat(1000));
     const deleter = lab
       .runner(HOST)
-      .start(
-        ['sh', '-c', 'while :; do ip -4 rule del priority 7350 2>/dev/null; sleep 0.001; done'],
-        { effect: 'change' },
-      );
+      .start(['sh', '-c', `while :; do ip -4 -force -batch ${deletions} 2>/dev/null; done`], {
+        effect: 'change',
+      });
     const undefer = lab.defer(() => deleter.stop());
     let failed;
     try {
