@@ -154,7 +154,9 @@ export async function runResident(input: {
         ? `link ${event.name}: ${event.detail}`
         : event.kind === 'ruleset'
           ? `ruleset: ${event.detail}`
-          : 'periodic check';
+          : event.kind === 'route'
+            ? `route: ${event.detail}`
+            : 'periodic check';
     reconcile(reason).catch((error: unknown) => {
       log('error', `Cannot re-converge: ${(error as Error).message}`);
     });
@@ -169,7 +171,7 @@ export async function runResident(input: {
     void watcher.stop();
   };
   input.signal.addEventListener('abort', stop, { once: true });
-  log('watching', 'watching links and the ruleset');
+  log('watching', 'watching links, the ruleset and the main routing table');
   onEvent({ kind: 'tick' });
   try {
     for await (const event of watcher.events()) {

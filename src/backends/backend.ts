@@ -109,6 +109,8 @@ export interface Inspector {
 export type WatchEvent =
   | { readonly kind: 'link'; readonly name: string; readonly detail: string }
   | { readonly kind: 'ruleset'; readonly detail: string }
+  /** The main table's default route or a connected prefix changed: the host's facts did. */
+  | { readonly kind: 'route'; readonly detail: string }
   | { readonly kind: 'tick' };
 
 /** A live feed of events for the resident mode. */

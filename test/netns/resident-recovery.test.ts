@@ -180,4 +180,34 @@ describe('run: re-converges after tunnel faults and a deleted table', () => {
     });
     expect(await routingListing(lab, 7350)).toContain('default dev tun0 proto 104');
   });
+
+  it('recompiles within 2 s when the default route moves to another uplink, not at the tick', async () => {
+    const live = startResident(lab, state.path, {
+      policy: POLICY_A,
+      tickMs: 60_000,
+      liveFacts: true,
+    });
+    const host = lab.runner(HOST);
+    const moveDefault = (via: string, dev: string) =>
+      host.run(['ip', 'route', 'replace', 'default', 'via', via, 'dev', dev], { effect: 'change' });
+    try {
+      expect(await live.waitFor('watching', 0, 5000)).toBeDefined();
+      // One uplink for both families: lan0 has no IPv6, so IPv6 loses its default route first.
+      await host.run(['ip', '-6', 'route', 'del', 'default'], { effect: 'change' });
+      await sleep(1000); // the reconciles of the start and of that change settle
+      const movedAt = Date.now();
+      await moveDefault('192.168.1.10', 'lan0');
+      const at = await live.waitFor('reapplied', movedAt, LIMIT_MS);
+      expect(at, 'no reapply within 2 s of the default route moving').toBeDefined();
+      const entry = live.log.find((e) => e.action === 'reapplied' && e.at >= movedAt);
+      expect(entry?.message).toContain('route: default via 192.168.1.10 dev lan0');
+      measured['uplink moved, reapplied'] = Math.round((at ?? Infinity) - movedAt);
+    } finally {
+      await moveDefault('198.51.100.1', 'eth0');
+      await host.run(['ip', '-6', 'route', 'replace', 'default', 'via', '2001:db8:ffff::1'], {
+        effect: 'change',
+      });
+      expect(await live.stop()).toMatchObject({ code: 0, signal: null });
+    }
+  });
 });

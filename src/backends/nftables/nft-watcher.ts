@@ -3,13 +3,16 @@ import type { Watcher, WatchEvent } from '../backend.js';
 
 /**
  * Watches what can undo an apply: link events (`ip -o monitor link`: a tunnel going down, coming
- * back, deleted, recreated; its routes vanish with it and never return by themselves) and
- * ruleset events (`nft monitor`: someone deleted or edited our table).
+ * back, deleted, recreated; its routes vanish with it and never return by themselves), ruleset
+ * events (`nft monitor`: someone deleted or edited our table), and the main table's routes that
+ * are host facts (`ip -o monitor route`: the default route moved to another uplink, a connected
+ * prefix came or went), so a compile that depends on them is redone at once, not at the tick.
  */
 export function createNftWatcher(runner: Runner): Watcher {
   const monitors: RunningCommand[] = [
     runner.start(['ip', '-o', 'monitor', 'link'], { effect: 'read' }),
     runner.start(['nft', 'monitor', 'ruleset'], { effect: 'read' }),
+    runner.start(['ip', '-o', 'monitor', 'route'], { effect: 'read' }),
   ];
   const queue: WatchEvent[] = [];
   let wake: (() => void) | undefined;
@@ -18,7 +21,7 @@ export function createNftWatcher(runner: Runner): Watcher {
     queue.push(event);
     wake?.();
   };
-  const [links, ruleset] = monitors;
+  const [links, ruleset, routes] = monitors;
   void (async () => {
     for await (const line of links?.lines ?? []) {
       const match = /^(Deleted )?\d+: ([^:@\s]+)[:@]/.exec(line);
@@ -28,6 +31,11 @@ export function createNftWatcher(runner: Runner): Watcher {
   void (async () => {
     for await (const line of ruleset?.lines ?? []) {
       if (line.trim() !== '') push({ kind: 'ruleset', detail: line.trim() });
+    }
+  })();
+  void (async () => {
+    for await (const line of routes?.lines ?? []) {
+      if (isHostFactRoute(line)) push({ kind: 'route', detail: line.trim() });
     }
   })();
   return {
@@ -50,4 +58,15 @@ export function createNftWatcher(runner: Runner): Watcher {
       await Promise.all(monitors.map((m) => m.stop()));
     },
   };
+}
+
+/**
+ * A route event that changes the host's facts: the main table's default route (either family),
+ * or a connected prefix (`proto kernel`) in it. Routes of other tables, ours (proto 104, in our
+ * tables) among them, are printed with `table N` and are not facts.
+ */
+export function isHostFactRoute(line: string): boolean {
+  const route = line.trim().replace(/^Deleted /, '');
+  if (/ table /.test(` ${route} `)) return false;
+  return route.startsWith('default ') || / proto kernel /.test(` ${route} `);
 }

@@ -391,7 +391,12 @@ export interface Resident {
 export function startResident(
   lab: Lab,
   stateDir: string,
-  options: { readonly policy: string; readonly tickMs: number },
+  options: {
+    readonly policy: string;
+    readonly tickMs: number;
+    /** Gather facts from the lab's host, as on a real host, instead of the facts file. */
+    readonly liveFacts?: boolean;
+  },
 ): Resident {
   const child = spawn(
     process.execPath,
@@ -399,8 +404,7 @@ export function startResident(
       BIN,
       'run',
       options.policy,
-      '--facts',
-      FACTS,
+      ...(options.liveFacts === true ? [] : ['--facts', FACTS]),
       '--tick',
       String(options.tickMs),
       '--json',
