@@ -50,9 +50,12 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
       ) => {
         const target = resolveTarget(opts);
         const lockWait =
-          opts.lockWait === undefined ? {} : { lockWaitMs: parseSeconds(opts.lockWait) * 1000 };
-        if (opts.after !== undefined)
-          await new Promise((r) => setTimeout(r, Number(opts.after) * 1000));
+          opts.lockWait === undefined
+            ? {}
+            : { lockWaitMs: parseSeconds('--lock-wait', opts.lockWait) * 1000 };
+        // Checked before the wait: a typo must not become a revert that fires at once.
+        const after = opts.after === undefined ? 0 : parseSeconds('--after', opts.after);
+        if (after > 0) await new Promise((r) => setTimeout(r, after * 1000));
         if (opts.unconfirmed !== undefined) {
           const generation = Number(opts.unconfirmed);
           if (!Number.isInteger(generation) || generation <= 0) {
@@ -112,10 +115,11 @@ function printOutcome(ctx: CommandContext, outcome: RestoreOutcome | RevertOutco
   }
 }
 
-function parseSeconds(text: string): number {
-  const seconds = Number(text);
-  if (!Number.isFinite(seconds) || seconds < 0) {
-    throw new EgressguardError('usage', `Cannot parse seconds "${text}"`, { hint: 'write 30' });
+function parseSeconds(option: string, text: string): number {
+  if (!/^\d+(\.\d+)?$/.test(text.trim())) {
+    throw new EgressguardError('usage', `Cannot use ${option} "${text}": it takes seconds`, {
+      hint: `write ${option} 30`,
+    });
   }
-  return seconds;
+  return Number(text);
 }
