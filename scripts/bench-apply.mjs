@@ -16,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const bin = join(repo, 'bin/egressguard.js');
+const { createRandom } = await import(join(repo, 'dist/core/index.js'));
 const args = process.argv.slice(2);
 const option = (name, fallback) => {
   const i = args.indexOf(name);
@@ -43,14 +44,7 @@ const seconds = (fn) => {
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 function prefixes(count, seed) {
-  let a = seed >>> 0;
-  const random = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = createRandom(seed);
   const lines = [];
   for (let i = 0; i < count; i++) {
     const length = 24 + Math.floor(random() * 9); // /24–/32, like IP reputation lists

@@ -104,17 +104,8 @@ function ensureGnuTime() {
 // ---------------------------------------------------------------------------------------------
 // Inputs: seeded pseudo-random prefixes, an egressguard policy and the equivalent Capirca policy
 
-/** mulberry32: tiny, seeded, good enough to spread prefixes. */
-function createRandom(s) {
-  let a = s >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// core's seeded generator (mulberry32), from the build checked for above.
+const { createRandom } = await import(join(repo, 'dist', 'core', 'index.js'));
 
 // Public-looking first octets: no 0/8, 10/8, 100/8 (CGNAT), 127/8, 169/8, 172/8, 192/8, 198/8
 // and 203/8 (the probes' and facts' documentation ranges), nothing in 224/3.
