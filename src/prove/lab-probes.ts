@@ -61,6 +61,16 @@ export interface LabProbe {
   readonly expect: ProbeExpectation;
 }
 
+/** A packet a scenario probes on its own (a DNS query to the host's resolver, say). */
+export interface DerivedPacket {
+  readonly from: string;
+  readonly to: string;
+  readonly protocol: 'tcp' | 'udp' | 'icmp';
+  readonly port?: number | undefined;
+  readonly ingress?: string | undefined;
+  readonly state: 'up' | 'down';
+}
+
 /** A policy probe that cannot run in the lab, and why. */
 export interface SkippedProbe {
   readonly origin: ProbeOrigin;
@@ -140,16 +150,9 @@ export function expandProbes(
                 layers: explanation.layers,
                 stated: true,
               }
-            : {
-                verdict: explanation.verdict,
-                via: explanation.via,
-                egress: explanation.egress,
-                decidedBy: explanation.decidedBy,
-                layers: explanation.layers,
-                stated: false,
-              };
+            : evaluatorExpectation(explanation);
           const kind = kindOf(protocol, port);
-          const key = `${probe.from} > ${probe.to} ${kind}${port === undefined ? '' : `/${port}`}${probe.in === undefined ? '' : ` in ${probe.in}`} (tunnel ${state})`;
+          const key = probeKey({ ...probe, kind, port, state });
           const known = byKey.get(key);
           if (known !== undefined) {
             byKey.set(key, {
@@ -186,6 +189,70 @@ export function expandProbes(
     });
   }
   return { probes: [...byKey.values()], skipped };
+}
+
+/**
+ * A probe the policy does not state (a scenario's own packet), with the reference evaluator's
+ * expectation; undefined when no class selects it.
+ */
+export function deriveProbe(
+  ir: PolicyIR,
+  host: HostView,
+  packet: DerivedPacket,
+): LabProbe | undefined {
+  const parsed = parsePacket({
+    from: packet.from,
+    to: packet.to,
+    ingress: packet.ingress,
+    protocol: packet.protocol,
+    port: packet.port,
+  });
+  const explanation = evaluatePacket(ir, host, parsed, { tunnel: packet.state });
+  const cls = ir.classes.find((c) => c.name === explanation.class);
+  if (cls === undefined) return undefined;
+  const kind = kindOf(packet.protocol, packet.port);
+  return {
+    // Its ingress is the lab's, not one a policy probe names: not part of its name.
+    key: probeKey({ ...packet, kind, port: packet.port, in: undefined }),
+    origins: [],
+    derived: true,
+    from: packet.from,
+    to: packet.to,
+    family: parsed.family,
+    protocol: packet.protocol,
+    port: packet.port,
+    kind,
+    ipProtocol: undefined,
+    ingress: packet.ingress,
+    className: cls.name,
+    viaTunnel: cls.via.kind === 'tunnel',
+    state: packet.state,
+    expect: evaluatorExpectation(explanation),
+  };
+}
+
+/** A probe's stable, readable name: `10.10.0.5 > 203.0.113.7 tcp/443 in vwl0 (tunnel down)`. */
+function probeKey(probe: {
+  readonly from: string;
+  readonly to: string;
+  readonly kind: ProbeKind;
+  readonly port: number | undefined;
+  readonly in: string | undefined;
+  readonly state: TunnelState;
+}): string {
+  return `${probe.from} > ${probe.to} ${probe.kind}${probe.port === undefined ? '' : `/${probe.port}`}${probe.in === undefined ? '' : ` in ${probe.in}`} (tunnel ${probe.state})`;
+}
+
+/** What the reference evaluator says of a packet, as the expectation of a probe it derived. */
+function evaluatorExpectation(explanation: ReturnType<typeof evaluatePacket>): ProbeExpectation {
+  return {
+    verdict: explanation.verdict,
+    via: explanation.via,
+    egress: explanation.egress,
+    decidedBy: explanation.decidedBy,
+    layers: explanation.layers,
+    stated: false,
+  };
 }
 
 /** The protocols a probe is measured with: its own, and for TCP, UDP and ICMP the other two. */

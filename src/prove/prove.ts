@@ -3,31 +3,19 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import { readHostFacts, type HostFacts } from '../facts/index.js';
-import {
-  createHostView,
-  evaluatePacket,
-  evaluateProbes,
-  lowerPolicy,
-  parsePacket,
-  type ProbeResult,
-} from '../ir/index.js';
+import { createHostView, evaluateProbes, lowerPolicy, type ProbeResult } from '../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type Policy } from '../policy/index.js';
 import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
 import { createHostControl, type CompiledPolicy } from './host-control.js';
 import { createLab, type Lab } from './lab/create-lab.js';
-import { expandProbes, type LabProbe, type SkippedProbe } from './lab-probes.js';
+import { deriveProbe, expandProbes, type SkippedProbe } from './lab-probes.js';
 import { startLabServices } from './lab-services.js';
 import { messageOf } from './measure-phase.js';
 import { writePolicyVariant } from './policy-variant.js';
 import { planProofLab } from './plan-proof-lab.js';
 import { RestoreStack, type RestoreRecord } from './restore-stack.js';
-import {
-  runScenario,
-  type DerivedPacket,
-  type ProofEnvironment,
-  type ScenarioResult,
-} from './scenario.js';
+import { runScenario, type ProofEnvironment, type ScenarioResult } from './scenario.js';
 import { SCENARIOS } from './scenarios/index.js';
 
 /** Options of proveInLab. */
@@ -191,7 +179,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       reapplies: options.reapplies ?? 200,
       rate: options.rate ?? 150,
       factsFile: labFacts,
-      deriveProbe: (packet) => deriveProbe(packet, { ir, view }),
+      deriveProbe: (packet) => deriveProbe(ir, view, packet),
     };
     const results: ScenarioResult[] = [];
     for (const scenario of scenarios) {
@@ -315,48 +303,4 @@ async function readVersions(
     read(['python3', '--version']),
   ]);
   return { egressguard: version, nft, kernel, iproute2, python, node: process.version };
-}
-
-function deriveProbe(
-  packet: DerivedPacket,
-  context: {
-    readonly ir: ReturnType<typeof lowerPolicy>;
-    readonly view: ReturnType<typeof createHostView>;
-  },
-): LabProbe | undefined {
-  const parsed = parsePacket({
-    from: packet.from,
-    to: packet.to,
-    ingress: packet.ingress,
-    protocol: packet.protocol,
-    port: packet.port,
-  });
-  const explanation = evaluatePacket(context.ir, context.view, parsed, { tunnel: packet.state });
-  const cls = context.ir.classes.find((c) => c.name === explanation.class);
-  if (cls === undefined) return undefined;
-  const kind = packet.protocol === 'udp' ? (packet.port === 53 ? 'dns' : 'udp') : packet.protocol;
-  return {
-    key: `${packet.from} > ${packet.to} ${kind}${packet.port === undefined ? '' : `/${packet.port}`} (tunnel ${packet.state})`,
-    origins: [],
-    derived: true,
-    from: packet.from,
-    to: packet.to,
-    family: parsed.family,
-    protocol: packet.protocol,
-    port: packet.port,
-    kind,
-    ipProtocol: undefined,
-    ingress: packet.ingress,
-    className: cls.name,
-    viaTunnel: cls.via.kind === 'tunnel',
-    state: packet.state,
-    expect: {
-      verdict: explanation.verdict,
-      via: explanation.via,
-      egress: explanation.egress,
-      decidedBy: explanation.decidedBy,
-      layers: explanation.layers,
-      stated: false,
-    },
-  };
 }

@@ -1,7 +1,7 @@
 import type { HostControl, CompiledPolicy } from './host-control.js';
 import type { Lab } from './lab/create-lab.js';
 import { createNonce } from './lab/create-nonce.js';
-import type { LabProbe } from './lab-probes.js';
+import type { DerivedPacket, LabProbe } from './lab-probes.js';
 import {
   messageOf,
   observeFarSides,
@@ -57,16 +57,6 @@ export interface ProofEnvironment {
   readonly factsFile: string;
   /** A probe the policy does not state, with the reference evaluator's expectation. */
   deriveProbe(packet: DerivedPacket): LabProbe | undefined;
-}
-
-/** A packet a scenario probes on its own (a DNS query to the host's resolver, say). */
-export interface DerivedPacket {
-  readonly from: string;
-  readonly to: string;
-  readonly protocol: 'tcp' | 'udp' | 'icmp';
-  readonly port?: number | undefined;
-  readonly ingress?: string | undefined;
-  readonly state: 'up' | 'down';
 }
 
 /** What a scenario's code gets: the environment plus ways to measure and record. */
