@@ -1,5 +1,4 @@
-import type { HostFacts } from '../facts/index.js';
-import type { PolicyIR } from '../ir/index.js';
+import type { HostIR } from '../ir/index.js';
 import type { Runner } from '../runner/index.js';
 
 /** One file a backend writes (a ruleset, route specs, a unit, an anchor). */
@@ -23,9 +22,9 @@ export interface CompileOptions {
   };
 }
 
-/** Pure: IR + facts → artifacts. No clock, filesystem, process or network. */
+/** Pure: the IR bound to a host → artifacts. No clock, filesystem, process or network. */
 export interface Compiler {
-  compile(ir: PolicyIR, facts: HostFacts, options?: CompileOptions): readonly Artifact[];
+  compile(ir: HostIR, options?: CompileOptions): readonly Artifact[];
 }
 
 /** What a backend can enforce; shared code asks these, never the backend's name. */

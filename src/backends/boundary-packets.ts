@@ -1,5 +1,5 @@
 import { AddressSet, createRandom, type Family } from '../core/index.js';
-import type { EvaluationState, Packet, PolicyIR } from '../ir/index.js';
+import type { EvaluationState, Packet, HostIR } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
 
 export interface TestPacket {
@@ -17,7 +17,7 @@ const PROTOCOLS: readonly Protocol[] = ['tcp', 'udp', 'icmp', 47, 50, 132];
  * GRE/ESP/SCTP besides TCP/UDP/ICMP. Deterministic for a seed.
  */
 export function generateBoundaryPackets(
-  ir: PolicyIR,
+  ir: HostIR,
   options: {
     count: number;
     seed: number;

@@ -1,5 +1,4 @@
-import type { HostFacts } from '../facts/index.js';
-import { BLANK_STAMP, hostConfigHash, type PolicyIR } from '../ir/index.js';
+import { BLANK_STAMP, hostConfigHash, type HostIR } from '../ir/index.js';
 import type { Artifact, CompileOptions, Compiler } from './backend.js';
 
 /**
@@ -9,14 +8,13 @@ import type { Artifact, CompileOptions, Compiler } from './backend.js';
 export function compileWithHash(
   compiler: Compiler,
   input: {
-    ir: PolicyIR;
-    facts: HostFacts;
+    ir: HostIR;
     tableName?: string | undefined;
     steering?: CompileOptions['steering'];
     versions: { compiler: string; agent: string };
   },
 ): { artifacts: Artifact[]; hash: string } {
-  const blank = compiler.compile(input.ir, input.facts, {
+  const blank = compiler.compile(input.ir, {
     ...(input.tableName === undefined ? {} : { tableName: input.tableName }),
     ...(input.steering === undefined ? {} : { steering: input.steering }),
     stamp: BLANK_STAMP,

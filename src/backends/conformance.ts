@@ -1,4 +1,4 @@
-import { evaluatePacket, type HostView, type PolicyIR } from '../ir/index.js';
+import { evaluatePacket, type HostView, type HostIR } from '../ir/index.js';
 import type { TestPacket } from './boundary-packets.js';
 
 /** What a backend's enforcer did with one packet: the verdict and the rule id that decided. */
@@ -25,7 +25,7 @@ export interface Disagreement {
  * backend's enforcer must agree on the verdict and on the deciding rule id for every packet.
  */
 export async function checkConformance(input: {
-  ir: PolicyIR;
+  ir: HostIR;
   host: HostView;
   packets: readonly TestPacket[];
   harness: ConformanceHarness;

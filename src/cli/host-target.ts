@@ -11,7 +11,7 @@ import {
 import { EgressguardError } from '../core/index.js';
 import { gatherFacts, readHostFacts, type HostFacts } from '../facts/index.js';
 import { applyGeneration, type ApplyInput, type ApplyReport } from '../apply/index.js';
-import { classesNotOnHost, lowerPolicy, type PolicyIR } from '../ir/index.js';
+import { bindHost, classesNotOnHost, lowerPolicy, type HostIR } from '../ir/index.js';
 import { DEFAULT_LABELS_FILE, readHostLabels } from './host-labels.js';
 import type { Policy } from '../policy/index.js';
 import { createRunner, type Runner } from '../runner/index.js';
@@ -73,7 +73,7 @@ export function resolveTarget(options: TargetOptions): Target {
 export interface Prepared {
   readonly policy: Policy;
   readonly facts: HostFacts;
-  readonly ir: PolicyIR;
+  readonly ir: HostIR;
   readonly artifacts: readonly Artifact[];
   readonly lockdown: string | undefined;
   readonly hash: string;
@@ -93,9 +93,10 @@ export async function preparePolicy(
   gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const { policy } = requirePolicy(file);
   const facts = gathering === undefined ? readHostFacts(options.facts ?? '') : await gathering;
-  const ir = lowerPolicy(policy, facts);
+  const independent = lowerPolicy(policy);
+  const ir = bindHost(independent, facts);
   // A class limited to other hosts is left out on purpose; say so, or its absence looks like a bug.
-  for (const skipped of options.quiet === true ? [] : classesNotOnHost(policy, facts)) {
+  for (const skipped of options.quiet === true ? [] : classesNotOnHost(independent, facts)) {
     const wanted = Object.entries(skipped.labels)
       .map(([k, v]) => `${k}=${v}`)
       .join(', ');
@@ -105,7 +106,6 @@ export async function preparePolicy(
   }
   const { artifacts, hash } = compileWithHash(target.backend.createCompiler(), {
     ir,
-    facts,
     tableName: target.table,
     steering: target.steering,
     versions: { compiler: VERSION, agent: VERSION },

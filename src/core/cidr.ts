@@ -179,6 +179,23 @@ export function parsePrefix(text: string): Prefix | undefined {
 }
 
 /** Last address of a prefix. */
+/**
+ * The IPv4 prefix an IPv4-mapped IPv6 prefix (within ::ffff:0:0/96) stands for, or undefined. Such
+ * addresses never appear in IPv6 packets on the wire (RFC 4291 §2.5.5.2): a network written with
+ * one means the IPv4 address.
+ */
+export function unmapIpv4(prefix: Prefix): Prefix | undefined {
+  if (prefix.family !== 6 || prefix.length < 96) return undefined;
+  const start = prefix.start as bigint;
+  if (start >> 32n !== 0xffffn) return undefined;
+  return {
+    family: 4,
+    start: Number(start & 0xffffffffn),
+    length: prefix.length - 96,
+    hadHostBits: prefix.hadHostBits,
+  };
+}
+
 export function prefixEnd(prefix: Prefix): number | bigint {
   if (prefix.family === 4) return (prefix.start as number) + 2 ** (32 - prefix.length) - 1;
   return (prefix.start as bigint) + (1n << BigInt(128 - prefix.length)) - 1n;

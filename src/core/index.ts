@@ -8,6 +8,7 @@ export {
   parseAddress,
   parsePrefix,
   prefixEnd,
+  unmapIpv4,
   formatAddress,
   formatIpv4,
   formatIpv6,

@@ -1,5 +1,5 @@
 import { AddressSet, AddressSetBuilder } from './address-set.js';
-import { type Prefix, scanPrefix } from './cidr.js';
+import { type Prefix, scanPrefix, unmapIpv4 } from './cidr.js';
 
 /** A line of a network list that is not a clean prefix. */
 export type PrefixListIssue =
@@ -8,6 +8,14 @@ export type PrefixListIssue =
       readonly line: number;
       readonly column: number;
       readonly entry: string;
+    }
+  | {
+      readonly kind: 'ipv4-mapped';
+      readonly line: number;
+      readonly column: number;
+      readonly entry: string;
+      /** The IPv4 prefix the line adds instead. */
+      readonly prefix: Prefix;
     }
   | {
       readonly kind: 'host-bits';
@@ -120,6 +128,8 @@ function addOtherLine(
     onIssue({ kind: 'malformed', line, column, entry });
     return;
   }
-  builder.addPrefix(prefix);
-  if (prefix.hadHostBits) onIssue({ kind: 'host-bits', line, column, entry, prefix });
+  const v4 = unmapIpv4(prefix);
+  if (v4 !== undefined) onIssue({ kind: 'ipv4-mapped', line, column, entry, prefix: v4 });
+  builder.addPrefix(v4 ?? prefix);
+  if (prefix.hadHostBits) onIssue({ kind: 'host-bits', line, column, entry, prefix: v4 ?? prefix });
 }

@@ -37,10 +37,16 @@ export async function gatherFacts(
     });
   }
   // Independent listings, each a process: run them at once.
-  const [addresses, routes4, routes6, nft, ip] = await Promise.all([
+  const [addresses, routes4, routes6, ipv6, nft, ip] = await Promise.all([
     runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' }),
     runner.run(['ip', '-j', '-4', 'route', 'show', 'table', 'main'], { effect: 'read' }),
     runner.run(['ip', '-j', '-6', 'route', 'show', 'table', 'main'], { effect: 'read' }),
+    // An IPv4-only tunnel (disable_ipv6 = 1) refuses IPv6 routes: its classes' IPv6 must be
+    // blocked, not the whole apply failed. The files are per namespace, so read them in it.
+    runner.run(['sysctl', '-e', '-a', '-r', '^net\\.ipv6\\.conf\\..*\\.disable_ipv6$'], {
+      effect: 'read',
+      allowFailure: true,
+    }),
     options.tools === false
       ? undefined
       : runner
@@ -51,6 +57,7 @@ export async function gatherFacts(
       : runner.run(['ip', '-V'], { effect: 'read', allowFailure: true }),
   ]);
   const links = JSON.parse(addresses.stdout) as IpAddrJson[];
+  const disabledIpv6 = parseDisabledIpv6(ipv6.stdout);
   const routes = [routes4, routes6].flatMap((r) => JSON.parse(r.stdout || '[]') as IpRouteJson[]);
   const tools: Record<string, string> = {};
   const nftVersion = /v?(\d+\.\d+(\.\d+)?)/.exec(nft?.stdout ?? '')?.[1];
@@ -74,6 +81,7 @@ export async function gatherFacts(
         addresses: (l.addr_info ?? [])
           .filter((a) => a.family === 'inet' || a.family === 'inet6')
           .map((a) => `${a.local}/${a.prefixlen}`),
+        ...(disabledIpv6.has(l.ifname) ? { ipv6: false } : {}),
       })),
       routes: routes
         .filter((r) => r.dev !== undefined && (r.type === undefined || r.type === 'unicast'))
@@ -94,4 +102,20 @@ function readHostname(): string {
   } catch {
     return hostname();
   }
+}
+
+/**
+ * Interfaces with IPv6 disabled, from `sysctl` lines like `net.ipv6.conf.tun0.disable_ipv6 = 1`
+ * (sysctl writes a "." in an interface name as "/"). Without IPv6 in the kernel there are no such
+ * lines, and no IPv6 routes to add either.
+ */
+function parseDisabledIpv6(text: string): Set<string> {
+  const out = new Set<string>();
+  for (const line of text.split('\n')) {
+    const m = /^net\.ipv6\.conf\.(.+)\.disable_ipv6\s*=\s*1\s*$/.exec(line);
+    if (m?.[1] !== undefined && m[1] !== 'all' && m[1] !== 'default') {
+      out.add(m[1].replaceAll('/', '.'));
+    }
+  }
+  return out;
 }

@@ -16,6 +16,12 @@ const factsSchema = z.strictObject({
       up: z.boolean(),
       kind: z.string().optional(),
       addresses: z.array(z.string()),
+      ipv6: z
+        .boolean()
+        .optional()
+        .describe(
+          'false when IPv6 is disabled on the interface (net.ipv6.conf.IF.disable_ipv6 = 1)',
+        ),
     }),
   ),
   routes: z.array(

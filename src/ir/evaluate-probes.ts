@@ -1,6 +1,7 @@
-import type { Probe, Requirement } from '../policy/index.js';
-import { evaluatePacket, parsePacket, type Explanation, type HostView } from './evaluate.js';
-import type { PolicyIR } from './nodes.js';
+import { parseAddress } from '../core/index.js';
+import type { Probe, Protocol, Requirement } from '../policy/index.js';
+import { evaluatePacket, type Explanation, type HostView, type Packet } from './evaluate.js';
+import type { HostIR } from './nodes.js';
 
 export interface ProbeResult {
   readonly requirement: string;
@@ -14,13 +15,13 @@ export interface ProbeResult {
 
 /** Runs each requirement's probes through the reference evaluator: the L1 (static) proof. */
 export function evaluateProbes(
-  ir: PolicyIR,
+  ir: HostIR,
   host: HostView,
   requirements: readonly Requirement[],
 ): ProbeResult[] {
   return requirements.flatMap((requirement) =>
     requirement.probes.map((probe, index) => {
-      const packet = parsePacket({
+      const packet = toPacket({
         from: probe.from,
         to: probe.to,
         ingress: probe.in,
@@ -55,4 +56,27 @@ export function evaluateProbes(
       return { requirement: requirement.id, probe, index, explanation, mismatches };
     }),
   );
+}
+
+/** A packet from addresses already validated (a probe's, a lab's); throws on a bad one. */
+export function toPacket(input: {
+  readonly from: string;
+  readonly to: string;
+  readonly ingress?: string | undefined;
+  readonly protocol?: Protocol | undefined;
+  readonly port?: number | undefined;
+}): Packet {
+  const source = parseAddress(input.from);
+  const destination = parseAddress(input.to);
+  if (source === undefined || destination === undefined || source.family !== destination.family) {
+    throw new Error(`Cannot make a packet from "${input.from}" to "${input.to}"`);
+  }
+  return {
+    family: source.family,
+    source: source.value,
+    destination: destination.value,
+    ingress: input.ingress,
+    protocol: input.protocol ?? 'tcp',
+    port: input.port,
+  };
 }

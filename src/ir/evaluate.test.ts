@@ -3,8 +3,9 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parseHostFacts } from '../facts/index.js';
 import { parsePolicy } from '../policy/index.js';
-import { createHostView, evaluatePacket, parsePacket } from './evaluate.js';
-import { lowerPolicy } from './lower-policy.js';
+import { createHostView, evaluatePacket } from './evaluate.js';
+import { toPacket } from './evaluate-probes.js';
+import { lowerForHost } from './bind-host.js';
 
 const dir = fileURLToPath(
   new URL('../../testdata/policies/valid/macos-runner-fleet/', import.meta.url),
@@ -12,11 +13,11 @@ const dir = fileURLToPath(
 const facts = parseHostFacts(JSON.parse(readFileSync(`${dir}facts.json`, 'utf8')), 'facts.json');
 const { policy, issues } = parsePolicy(readFileSync(`${dir}policy.yaml`, 'utf8'), 'policy.yaml');
 if (policy === undefined) throw new Error(JSON.stringify(issues));
-const ir = lowerPolicy(policy, facts);
+const ir = lowerForHost(policy, facts);
 const host = createHostView(facts);
 
 function explain(to: string, port = 9) {
-  const packet = parsePacket({
+  const packet = toPacket({
     from: '192.168.64.5',
     to,
     ingress: 'bridge100',
@@ -77,8 +78,8 @@ describe('evaluatePacket: a tunnel class without a kill switch', () => {
     'policy.yaml',
   );
   if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
-  const vpn = lowerPolicy(parsed.policy, gatewayFacts);
-  const packet = parsePacket({ from: '10.10.0.5', to: '203.0.113.7', protocol: 'tcp', port: 443 });
+  const vpn = lowerForHost(parsed.policy, gatewayFacts);
+  const packet = toPacket({ from: '10.10.0.5', to: '203.0.113.7', protocol: 'tcp', port: 443 });
   const gatewayHost = createHostView(gatewayFacts);
 
   it('leaves by the tunnel while it is up, steered by the owned table', () => {

@@ -1,23 +1,32 @@
 import {
   AddressSet,
   formatAddress,
-  parseAddress,
   parsePrefix,
   prefixEnd,
   type Family,
   type Prefix,
 } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
-import type { Protocol } from '../policy/index.js';
+import { matchesInterface, type Protocol } from '../policy/index.js';
 import {
   assertNever,
-  matchesInterface,
-  type ClassIR,
-  type PolicyIR,
+  carries,
+  type HostClassIR,
+  type HostIR,
+  type HousekeepingIR,
   type RuleIR,
 } from './nodes.js';
 
-/** A packet to explain. Addresses are parsed; see `parsePacket`. */
+/** Which part of a fragmented datagram a packet is. */
+export type FragmentPart =
+  /** The first fragment of a datagram whose fragments all arrive. */
+  | 'first'
+  /** A later fragment of a datagram whose fragments all arrive. */
+  | 'non-first'
+  /** A fragment whose datagram never completes (a non-first fragment sent alone, say). */
+  | 'alone';
+
+/** A packet to explain. Addresses are parsed; see `parsePacketArguments`. */
 export interface Packet {
   readonly family: Family;
   readonly source: number | bigint;
@@ -25,22 +34,29 @@ export interface Packet {
   /** The interface it arrives on; absent: found from the source, or host-originated. */
   readonly ingress: string | undefined;
   readonly protocol: Protocol;
+  /** The destination port of the datagram (of the whole datagram for a fragment). */
   readonly port: number | undefined;
+  /** The ICMP or ICMPv6 type; absent: an echo request. */
+  readonly icmpType?: number | undefined;
+  /** Absent: not a fragment. */
+  readonly fragment?: FragmentPart | undefined;
 }
 
 export interface EvaluationState {
   readonly tunnel: 'up' | 'down';
 }
 
-/** What decided a verdict. */
+/** What decided a verdict: an IR node's kind and id. */
 export type Decision =
   | { readonly kind: 'rule'; readonly id: string; readonly action: 'allow' | 'deny' | 'audit' }
   | { readonly kind: 'default'; readonly id: string }
   | { readonly kind: 'anti-spoofing'; readonly id: string }
   | { readonly kind: 'ipv6-block'; readonly id: string }
-  | { readonly kind: 'neighbour-discovery'; readonly id: string }
-  | { readonly kind: 'dhcp'; readonly id: string }
+  | { readonly kind: HousekeepingIR['kind']; readonly id: string }
   | { readonly kind: 'kill-switch'; readonly id: string }
+  | { readonly kind: 'reassembly'; readonly id: string }
+  /** The kernel's routing drops it before any filter hook (a link-local destination not ours). */
+  | { readonly kind: 'link-scope'; readonly id: null }
   | { readonly kind: 'unmanaged'; readonly id: null };
 
 /** Where enforcement happens: policy routing, or the host firewall (nftables, pf, cilium). */
@@ -119,48 +135,33 @@ function defaultFamily(gateway: string | undefined): string {
   return gateway?.includes(':') ? '::/0' : '0.0.0.0/0';
 }
 
-/** Parses explain's textual packet; throws on malformed input (the CLI reports it). */
-export function parsePacket(input: {
-  from: string;
-  to: string;
-  ingress?: string | undefined;
-  protocol?: Protocol | undefined;
-  port?: number | undefined;
-}): Packet {
-  const source = parseAddress(input.from);
-  const destination = parseAddress(input.to);
-  if (source === undefined) throw new Error(`Cannot parse source address "${input.from}"`);
-  if (destination === undefined) throw new Error(`Cannot parse destination address "${input.to}"`);
-  if (source.family !== destination.family) {
-    throw new Error(
-      `Source "${input.from}" and destination "${input.to}" are of different families`,
-    );
-  }
-  return {
-    family: source.family,
-    source: source.value,
-    destination: destination.value,
-    ingress: input.ingress,
-    protocol: input.protocol ?? 'tcp',
-    port: input.port,
-  };
-}
-
 const LAYERS_FILTER: readonly Layer[] = ['filter'];
 const LAYERS_BOTH: readonly Layer[] = ['routing', 'filter'];
-const ND_DESTINATIONS = AddressSet.parse(['fe80::/10', 'ff02::/16']);
+const LINK_LOCAL_V6 = AddressSet.parse(['fe80::/10']);
+const LINK_MULTICAST_V6 = AddressSet.parse(['ff02::/16']);
+const ALL_DHCP_AGENTS = AddressSet.parse(['ff02::1:2/128']);
+/** RFC 4861 router solicitation, neighbour solicitation and advertisement. */
+const ND_TYPES = new Set([133, 135, 136]);
+const ECHO_REQUEST: Readonly<Record<Family, number>> = { 4: 8, 6: 128 };
 
 /**
  * The reference evaluator: what the policy does to one packet. Every backend's output must agree
  * with it (the conformance suite; on Linux, differentially against the kernel).
  */
 export function evaluatePacket(
-  ir: PolicyIR,
+  ir: HostIR,
   host: HostView,
   packet: Packet,
   state: EvaluationState,
 ): Explanation {
   const found = findClass(ir, packet);
+  if (packet.fragment === 'alone') return incompleteFragment(ir, found?.cls ?? null);
+  const fragmentNotes =
+    packet.fragment === undefined
+      ? []
+      : [
+          `A ${packet.fragment} fragment: the kernel reassembles fragments before any hook of ours (node "${ir.reassembly.id}"), so it is judged like its whole datagram`,
+        ];
   if (found === undefined) {
     return {
       class: null,
@@ -170,10 +171,15 @@ export function evaluatePacket(
       egress: null,
       hook: null,
       layers: [],
-      notes: ['No class selects this packet: egressguard leaves it to the rest of the firewall'],
+      notes: [
+        'No class selects this packet: egressguard leaves it to the rest of the firewall',
+        ...fragmentNotes,
+      ],
     };
   }
-  const { cls, hook } = found;
+  const { cls } = found;
+  const linkScope = linkScopeOf(host, packet);
+  const hook = linkScope === 'local' && found.hook === 'forward' ? 'input' : found.hook;
   const deny = (
     decidedBy: Decision,
     layers: readonly Layer[],
@@ -186,34 +192,61 @@ export function evaluatePacket(
     egress: null,
     hook,
     layers,
-    notes,
+    notes: [...notes, ...fragmentNotes],
   });
 
-  const housekeeping = linkHousekeeping(cls, packet, hook);
-  if (housekeeping !== undefined) return housekeeping;
-  const sources = cls.selector.sources;
-  if (!sources.has(packet.family)) {
-    if (packet.family === 6 && !cls.blockUnlistedIpv6) {
-      // IPv6 explicitly allowed for a class without IPv6 prefixes: no source check possible.
-    } else {
-      return packet.family === 6
-        ? deny({ kind: 'ipv6-block', id: `${cls.name}/ipv6-block` }, LAYERS_FILTER, [
-            `Class "${cls.name}" has no IPv6 source prefix, so its IPv6 is blocked`,
-          ])
-        : deny({ kind: 'anti-spoofing', id: cls.antiSpoofingId }, LAYERS_FILTER, [
-            `Class "${cls.name}" has no IPv4 source prefix`,
-          ]);
+  if (found.hook === 'forward') {
+    if (linkScope === 'not-routed') {
+      return {
+        ...deny(
+          { kind: 'link-scope', id: null },
+          ['routing'],
+          [
+            'A link-local destination that is not the host: the kernel never forwards it (RFC 4291 §2.5.6), so it is dropped before any filter hook',
+          ],
+        ),
+        hook: null,
+      };
     }
-  } else if (!sources.contains(packet.family, packet.source)) {
-    return deny({ kind: 'anti-spoofing', id: cls.antiSpoofingId }, LAYERS_FILTER, [
-      `The source is not among class "${cls.name}"'s prefixes (${sources.only(packet.family).describe()}): a workload may be spoofing`,
-    ]);
+    const housekeeping = cls.housekeeping.find((h) => isHousekeeping(h, packet, hook));
+    if (housekeeping !== undefined) {
+      return {
+        class: cls.name,
+        verdict: 'allow',
+        decidedBy: { kind: housekeeping.kind, id: housekeeping.id },
+        via: 'local',
+        egress: null,
+        hook: 'input',
+        layers: LAYERS_FILTER,
+        notes: [
+          'Link housekeeping with the host (neighbour discovery, DHCP) stays open',
+          ...fragmentNotes,
+        ],
+      };
+    }
+  }
+  const sources = cls.selector.sources;
+  if (cls.antiSpoofing !== null) {
+    if (!sources.has(packet.family)) {
+      if (packet.family === 6 && cls.ipv6Block === null) {
+        // IPv6 explicitly allowed for a class without IPv6 prefixes: no source check possible.
+      } else if (packet.family === 6 && cls.ipv6Block !== null) {
+        return deny({ kind: 'ipv6-block', id: cls.ipv6Block.id }, LAYERS_FILTER, [
+          `Class "${cls.name}" has no IPv6 source prefix, so its IPv6 is blocked`,
+        ]);
+      } else {
+        return deny({ kind: 'anti-spoofing', id: cls.antiSpoofing.id }, LAYERS_FILTER, [
+          `Class "${cls.name}" has no IPv${packet.family} source prefix`,
+        ]);
+      }
+    } else if (!sources.contains(packet.family, packet.source)) {
+      return deny({ kind: 'anti-spoofing', id: cls.antiSpoofing.id }, LAYERS_FILTER, [
+        `The source is not among class "${cls.name}"'s prefixes (${sources.only(packet.family).describe()}): a workload may be spoofing`,
+      ]);
+    }
   }
 
-  const toSelf = host.addresses.contains(packet.family, packet.destination);
-  // Forwarded classes reach the host in the input hook; a host class's packets to the host itself
-  // are judged in the output hook like the rest (they leave by "lo").
-  const effectiveHook = toSelf && hook === 'forward' ? 'input' : hook;
+  const toSelf = linkScope === 'local';
   const notes: string[] = [];
   let route: { kind: 'tunnel' | 'main'; interface: string | null } = {
     kind: 'main',
@@ -221,23 +254,28 @@ export function evaluatePacket(
   };
   let layers = LAYERS_FILTER;
   if (!toSelf && cls.via.kind === 'tunnel') {
+    const tunnel = cls.via.interface;
     const bypass =
       ir.localPrefixes.contains(packet.family, packet.destination) ||
       (cls.killSwitch?.except.contains(packet.family, packet.destination) ?? false);
     if (!bypass) {
       layers = LAYERS_BOTH;
-      route = { kind: 'tunnel', interface: cls.via.interface };
-      if (state.tunnel === 'down') {
+      route = { kind: 'tunnel', interface: tunnel };
+      const carried = carries(cls.via, packet.family);
+      if (state.tunnel === 'down' || !carried) {
+        const why = carried
+          ? `Tunnel "${tunnel}" is down`
+          : `Tunnel "${tunnel}" carries no IPv${packet.family} on this host (IPv${packet.family} is disabled on it)`;
         if (cls.killSwitch !== null) {
           return deny({ kind: 'kill-switch', id: cls.killSwitch.id }, LAYERS_BOTH, [
-            `Tunnel "${cls.via.interface}" is down: the owned routing table's blackhole and the firewall's kill switch each drop it`,
+            `${why}: the owned routing table's blackhole and the firewall's kill switch each drop it`,
           ]);
         }
         // Its owned table has no blackhole: the lookup falls through, and main alone routes it.
         route = { kind: 'main', interface: lookupRoute(host, packet) };
         layers = LAYERS_FILTER;
         notes.push(
-          `Tunnel "${cls.via.interface}" is down and class "${cls.name}" has no kill switch: its owned routing table has no blackhole, so it falls back to the main table${route.interface === null ? '' : ` and leaves by "${route.interface}"`}`,
+          `${why} and class "${cls.name}" has no kill switch: its owned routing table has no blackhole, so it falls back to the main table${route.interface === null ? '' : ` and leaves by "${route.interface}"`}`,
         );
       }
     } else {
@@ -250,12 +288,10 @@ export function evaluatePacket(
   const rule = cls.rules.find((r) => matchesRule(r, packet, toSelf));
   const decidedBy: Decision =
     rule === undefined
-      ? { kind: 'default', id: cls.defaultAction.id }
+      ? { kind: 'default', id: cls.defaultRule.id }
       : { kind: 'rule', id: rule.id, action: rule.action };
-  const action = rule === undefined ? cls.defaultAction.action : rule.action;
-  if (action === 'deny') {
-    return { ...deny(decidedBy, layers, notes), hook: effectiveHook };
-  }
+  const action = rule === undefined ? cls.defaultRule.action : rule.action;
+  if (action === 'deny') return deny(decidedBy, layers, notes);
   if (action === 'audit') notes.push('Audited: logged and allowed');
   const via = toSelf ? 'local' : route.interface;
   if (via === null)
@@ -266,55 +302,81 @@ export function evaluatePacket(
     decidedBy,
     via,
     egress: toSelf || via === null ? null : egressAddress(host, cls, via, packet),
-    hook: effectiveHook,
+    hook,
     layers,
-    notes,
+    notes: [...notes, ...fragmentNotes],
   };
 }
 
 /**
- * Neighbour discovery and DHCP with the host stay open ahead of anti-spoofing, or the link breaks.
- * ICMPv6 to a link-local or multicast address stands for neighbour discovery here.
+ * A fragment whose datagram never completes is held for reassembly and discarded when its timer
+ * runs out (net.ipv4.ipfrag_time, nf_conntrack_frag6_timeout): nothing of it leaves the host, in
+ * a class or not. The destination could not have reassembled it either.
  */
-function linkHousekeeping(
-  cls: ClassIR,
-  packet: Packet,
-  hook: 'forward' | 'output',
-): Explanation | undefined {
-  if (hook !== 'forward') return undefined;
-  let decidedBy: Decision | undefined;
-  if (
-    packet.family === 6 &&
-    packet.protocol === 'icmp' &&
-    ND_DESTINATIONS.contains(6, packet.destination)
-  ) {
-    decidedBy = { kind: 'neighbour-discovery', id: `${cls.name}/neighbour-discovery` };
-  } else if (
-    packet.family === 4 &&
-    packet.protocol === 'udp' &&
-    packet.port === 67 &&
-    packet.source === 0 &&
-    packet.destination === 0xffffffff
-  ) {
-    decidedBy = { kind: 'dhcp', id: `${cls.name}/dhcp` };
-  }
-  if (decidedBy === undefined) return undefined;
+function incompleteFragment(ir: HostIR, cls: HostClassIR | null): Explanation {
   return {
-    class: cls.name,
-    verdict: 'allow',
-    decidedBy,
-    via: 'local',
+    class: cls?.name ?? null,
+    verdict: 'deny',
+    decidedBy: { kind: 'reassembly', id: ir.reassembly.id },
+    via: null,
     egress: null,
-    hook: 'input',
+    hook: null,
     layers: LAYERS_FILTER,
-    notes: ['Link housekeeping with the host (neighbour discovery, DHCP) stays open'],
+    notes: [
+      'A fragment whose datagram never completes: the kernel holds it for reassembly before any hook of ours and discards it when the reassembly timer runs out',
+    ],
   };
 }
 
-function findClass(
-  ir: PolicyIR,
+/**
+ * Where a destination is as seen from a class interface: the host's own (its addresses, and
+ * link-local multicast, which it receives: neighbour discovery, DHCPv6), a link-local unicast
+ * address of another node (never forwarded: net/ipv6/ip6_output.c ip6_forward), or routed.
+ */
+function linkScopeOf(host: HostView, packet: Packet): 'local' | 'not-routed' | 'routed' {
+  if (host.addresses.contains(packet.family, packet.destination)) return 'local';
+  if (packet.family === 6) {
+    if (LINK_MULTICAST_V6.contains(6, packet.destination)) return 'local';
+    if (LINK_LOCAL_V6.contains(6, packet.destination)) return 'not-routed';
+  }
+  return 'routed';
+}
+
+function isHousekeeping(
+  node: HousekeepingIR,
   packet: Packet,
-): { cls: ClassIR; hook: 'forward' | 'output' } | undefined {
+  hook: 'forward' | 'input' | 'output',
+): boolean {
+  // Housekeeping is with the host itself: it opens the input hook only.
+  if (hook !== 'input') return false;
+  switch (node.kind) {
+    case 'neighbour-discovery':
+      return packet.family === 6 && packet.protocol === 'icmp' && ND_TYPES.has(icmpTypeOf(packet));
+    case 'dhcp':
+      if (packet.protocol !== 'udp') return false;
+      // RFC 2131: a client without an address broadcasts from 0.0.0.0 to the server port.
+      if (packet.family === 4) {
+        return packet.port === 67 && packet.source === 0 && packet.destination === 0xffffffff;
+      }
+      // RFC 8415 §7.1: a client sends from its link-local address to All_DHCP_Relay_Agents_and_Servers.
+      return (
+        packet.port === 547 &&
+        LINK_LOCAL_V6.contains(6, packet.source) &&
+        ALL_DHCP_AGENTS.contains(6, packet.destination)
+      );
+    default:
+      return assertNever(node);
+  }
+}
+
+function icmpTypeOf(packet: Packet): number {
+  return packet.icmpType ?? ECHO_REQUEST[packet.family];
+}
+
+function findClass(
+  ir: HostIR,
+  packet: Packet,
+): { cls: HostClassIR; hook: 'forward' | 'output' } | undefined {
   if (packet.ingress !== undefined) {
     const ingress = packet.ingress;
     const cls = ir.classes.find(
@@ -375,9 +437,16 @@ function lookupRoute(host: HostView, packet: Packet): string | null {
   return best?.interface ?? null;
 }
 
-function egressAddress(host: HostView, cls: ClassIR, via: string, packet: Packet): string | null {
+function egressAddress(
+  host: HostView,
+  cls: HostClassIR,
+  via: string,
+  packet: Packet,
+): string | null {
   // NAT masquerades out of the class's own exit only; excepted and local routes keep the source.
-  if (!cls.nat || via !== cls.via.interface) return formatAddress(packet.family, packet.source);
+  if (cls.nat === null || via !== cls.via.interface) {
+    return formatAddress(packet.family, packet.source);
+  }
   const own = host.interfaceAddresses.get(via)?.find((p) => p.family === packet.family);
   return own === undefined ? null : formatAddress(own.family, own.start);
 }

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { parseHostFacts } from '../facts/index.js';
 import { parsePolicy } from '../policy/index.js';
 import { hostConfigHash, irDigest } from './host-config-hash.js';
-import { lowerPolicy } from './lower-policy.js';
+import { lowerForHost } from './bind-host.js';
 
 const dir = fileURLToPath(
   new URL('../../testdata/policies/valid/linux-vpn-gateway/', import.meta.url),
@@ -15,7 +15,7 @@ const facts = parseHostFacts(JSON.parse(readFileSync(`${dir}facts.json`, 'utf8')
 function lower(source: string) {
   const { policy, issues } = parsePolicy(source, `${dir}policy.yaml`);
   if (policy === undefined) throw new Error(JSON.stringify(issues));
-  return lowerPolicy(policy, facts);
+  return lowerForHost(policy, facts);
 }
 
 const versions = { compiler: '1', agent: '1' };

@@ -1,13 +1,13 @@
 import { createHash, type Hash } from 'node:crypto';
 import { AddressSet } from '../core/index.js';
-import type { PolicyIR } from './nodes.js';
+import type { HostIR, PolicyIR } from './nodes.js';
 
 /** The placeholder artifacts carry where the hash will be stamped; blanked before hashing. */
 export const HASH_STAMP_PATTERN = /eg-hash:[0-9a-f]{64}/g;
 export const BLANK_STAMP = `eg-hash:${'0'.repeat(64)}`;
 
 export interface HashInput {
-  readonly ir: PolicyIR;
+  readonly ir: HostIR;
   /** Everything the agent writes: ruleset, route specs, units, plists. */
   readonly artifacts: readonly { readonly name: string; readonly content: string }[];
   readonly versions: { readonly compiler: string; readonly agent: string };
@@ -30,7 +30,7 @@ export function hostConfigHash(input: HashInput): string {
 }
 
 /** A digest of the IR alone (for golden files and quick comparisons). */
-export function irDigest(ir: PolicyIR): string {
+export function irDigest(ir: PolicyIR | HostIR): string {
   const hash = createHash('sha256');
   writeCanonical(hash, ir);
   return hash.digest('hex');

@@ -1,26 +1,41 @@
 export {
   assertNever,
-  matchesInterface,
+  carries,
+  type AntiSpoofingIR,
+  type BoundViaIR,
   type ClassIR,
+  type DefaultIR,
+  type HostClassIR,
+  type HostIR,
+  type HousekeepingIR,
+  type Ipv6BlockIR,
   type KillSwitchIR,
   type MatchIR,
+  type MssClampIR,
+  type NatIR,
   type PolicyIR,
+  type ReassemblyIR,
   type RuleIR,
   type SelectorIR,
+  type TunnelIR,
+  type UplinkIR,
   type ViaIR,
 } from './nodes.js';
-export { lowerPolicy } from './lower-policy.js';
+export { matchesInterface } from '../policy/index.js';
+export { lowerPolicy, REASSEMBLY_ID } from './lower-policy.js';
+export { bindHost, classesNotOnHost, isClassOnHost, lowerForHost } from './bind-host.js';
 export {
   createHostView,
   evaluatePacket,
-  parsePacket,
   type Decision,
   type EvaluationState,
   type Explanation,
+  type FragmentPart,
   type HostView,
   type Layer,
   type Packet,
 } from './evaluate.js';
+export { parsePacketArguments, type PacketArguments } from './packet-arguments.js';
 export {
   BLANK_STAMP,
   HASH_STAMP_PATTERN,
@@ -28,5 +43,4 @@ export {
   irDigest,
   type HashInput,
 } from './host-config-hash.js';
-export { evaluateProbes, type ProbeResult } from './evaluate-probes.js';
-export { classesNotOnHost } from './classes-on-host.js';
+export { evaluateProbes, toPacket, type ProbeResult } from './evaluate-probes.js';

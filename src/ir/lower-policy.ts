@@ -1,75 +1,63 @@
-import { AddressSet, parsePrefix, type Prefix } from '../core/index.js';
-import { resolveUplink, type HostFacts } from '../facts/index.js';
 import type { Policy, PolicyClass } from '../policy/index.js';
-import { isClassOnHost } from './classes-on-host.js';
 import type { ClassIR, PolicyIR } from './nodes.js';
+import { deepFreeze } from './deep-freeze.js';
 
-/** Lowers a validated policy, with the host's facts, to the immutable IR. */
-export function lowerPolicy(policy: Policy, facts: HostFacts): PolicyIR {
-  const uplink = resolveUplink(facts, policy.uplink, policy.tunnels);
-  const localPrefixes: Prefix[] = [];
-  for (const iface of facts.interfaces) {
-    if (iface.name === uplink || policy.tunnels.includes(iface.name)) continue;
-    for (const address of iface.addresses) {
-      const prefix = parsePrefix(address);
-      // Loopback and link-local never leave the host: no route needed.
-      if (prefix === undefined || isHostScoped(prefix)) continue;
-      localPrefixes.push(prefix);
-    }
-  }
-  const classes = policy.classes
-    .filter((c) => isClassOnHost(c, facts))
-    .map((c) => lowerClass(c, uplink));
+/** The id of the host-wide reassembly node; "/" keeps it apart from every policy rule id. */
+export const REASSEMBLY_ID = 'egressguard/reassembly';
+
+/**
+ * Lowers a validated policy to the host-independent IR: what a controller holds for a whole
+ * fleet. `bindHost` then binds one host's facts.
+ */
+export function lowerPolicy(policy: Policy): PolicyIR {
   return deepFreeze({
     kind: 'policy',
     name: policy.name,
-    uplink,
+    uplink:
+      policy.uplink === 'default-route'
+        ? { kind: 'default-route' }
+        : { kind: 'named', interface: policy.uplink },
     tunnels: [...policy.tunnels],
-    localPrefixes: AddressSet.fromPrefixes(localPrefixes),
-    classes,
+    reassembly: { kind: 'reassembly', id: REASSEMBLY_ID },
+    classes: policy.classes.map(lowerClass),
   });
 }
 
-function lowerClass(c: PolicyClass, uplink: string): ClassIR {
+function lowerClass(c: PolicyClass): ClassIR {
+  const forwarded = c.origin === 'forwarded';
+  const id = (what: string): string => `${c.name}/${what}`;
   return {
     kind: 'class',
     name: c.name,
-    selector:
-      c.origin === 'host'
-        ? { kind: 'host', sources: c.sources }
-        : { kind: 'ingress', interfaces: [...c.ingress], sources: c.sources },
-    blockUnlistedIpv6: c.ipv6 === 'block',
-    via:
-      c.via.kind === 'tunnel'
-        ? { kind: 'tunnel', interface: c.via.name }
-        : { kind: 'uplink', interface: uplink },
+    hostLabels: { ...c.labels },
+    selector: forwarded
+      ? { kind: 'ingress', interfaces: [...c.ingress], sources: c.sources }
+      : { kind: 'host', sources: c.sources },
+    via: c.via.kind === 'tunnel' ? { kind: 'tunnel', interface: c.via.name } : { kind: 'uplink' },
+    // Host classes are selected by source in the output hook: no link, nothing to spoof.
+    housekeeping: forwarded
+      ? [
+          { kind: 'neighbour-discovery', id: id('neighbour-discovery') },
+          { kind: 'dhcp', id: id('dhcp') },
+        ]
+      : [],
+    antiSpoofing: forwarded ? { kind: 'anti-spoofing', id: id('anti-spoofing') } : null,
+    ipv6Block:
+      forwarded && c.ipv6 === 'block' && !c.sources.has(6)
+        ? { kind: 'ipv6-block', id: id('ipv6-block') }
+        : null,
+    killSwitch:
+      c.killSwitch === null
+        ? null
+        : { kind: 'kill-switch', id: id('kill-switch'), except: c.killSwitch.except },
+    mssClamp: c.mssClamp === null ? null : { kind: 'mss-clamp', size: c.mssClamp },
+    nat: c.nat ? { kind: 'masquerade' } : null,
     rules: c.rules.map((r) => ({
       kind: 'rule',
       id: r.id,
       action: r.action,
       match: { destination: r.destination, protocols: r.protocols, ports: r.ports },
     })),
-    defaultAction: { id: `${c.name}/default`, action: c.defaultAction },
-    antiSpoofingId: `${c.name}/anti-spoofing`,
-    nat: c.nat,
-    mssClamp: c.mssClamp,
-    killSwitch:
-      c.killSwitch === null
-        ? null
-        : { kind: 'kill-switch', id: `${c.name}/kill-switch`, except: c.killSwitch.except },
+    defaultRule: { kind: 'default', id: id('default'), action: c.defaultAction },
   };
-}
-
-function isHostScoped(prefix: Prefix): boolean {
-  if (prefix.family === 4) return (prefix.start as number) >>> 24 === 127;
-  const start = prefix.start as bigint;
-  return start === 1n || start >> 118n === 0x3fan; // ::1, fe80::/10
-}
-
-function deepFreeze<T>(value: T): T {
-  if (value !== null && typeof value === 'object' && !Object.isFrozen(value)) {
-    Object.freeze(value);
-    for (const child of Object.values(value)) deepFreeze(child);
-  }
-  return value;
 }

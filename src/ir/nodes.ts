@@ -1,22 +1,38 @@
-import type { AddressSet } from '../core/index.js';
+import type { AddressSet, Family } from '../core/index.js';
 import type { Destination, PortRange, Protocol } from '../policy/index.js';
 
 /**
  * The intermediate representation: closed, immutable, backend-neutral. Every dispatch over a
  * `kind` ends in `assertNever`, so a new node kind does not compile until each backend handles it.
+ *
+ * Lowering has two steps. `lowerPolicy` gives the host-independent `PolicyIR` (what a controller
+ * holds for a whole fleet); `bindHost` binds one host's facts (its uplink, labels, connected
+ * prefixes, what its tunnels can carry) and gives the `HostIR` a backend compiles, `explain`
+ * evaluates and the host config hash covers. Every rule a backend emits, the implicit ones
+ * included, is a node here with its id built once.
  */
 export interface PolicyIR {
   readonly kind: 'policy';
   readonly name: string;
-  /** The resolved uplink interface name. */
-  readonly uplink: string;
+  readonly uplink: UplinkIR;
   readonly tunnels: readonly string[];
-  /**
-   * Connected prefixes of the host outside the uplink and the tunnels: tunnel classes reach them
-   * directly (throw routes), or LAN traffic and replies would go into the tunnel.
-   */
-  readonly localPrefixes: AddressSet;
+  readonly reassembly: ReassemblyIR;
   readonly classes: readonly ClassIR[];
+}
+
+/** The policy's uplink: the main table's default-route interface on each host, or a name. */
+export type UplinkIR =
+  { readonly kind: 'default-route' } | { readonly kind: 'named'; readonly interface: string };
+
+/**
+ * Fragments are reassembled before any of our hooks, so a fragment is judged like the datagram it
+ * belongs to; a fragment whose datagram never completes is held and discarded. Without it, a rule
+ * on ports cannot match a non-first fragment (it has no transport header) and the class default
+ * would take it.
+ */
+export interface ReassemblyIR {
+  readonly kind: 'reassembly';
+  readonly id: string;
 }
 
 export type SelectorIR =
@@ -28,14 +44,42 @@ export type SelectorIR =
   | { readonly kind: 'host'; readonly sources: AddressSet };
 
 export type ViaIR =
-  | { readonly kind: 'uplink'; readonly interface: string }
-  | { readonly kind: 'tunnel'; readonly interface: string };
+  { readonly kind: 'uplink' } | { readonly kind: 'tunnel'; readonly interface: string };
+
+/** Link housekeeping with the host that stays open ahead of anti-spoofing, or the link breaks. */
+export type HousekeepingIR =
+  /** Router and neighbour solicitations and advertisements, hop limit 255 (RFC 4861). */
+  | { readonly kind: 'neighbour-discovery'; readonly id: string }
+  /** DHCPv4 from 0.0.0.0 (RFC 2131) and DHCPv6 from a link-local address (RFC 8415) to the host. */
+  | { readonly kind: 'dhcp'; readonly id: string };
+
+/** Drops a packet from a class interface whose source is not among the class's prefixes. */
+export interface AntiSpoofingIR {
+  readonly kind: 'anti-spoofing';
+  readonly id: string;
+}
+
+/** Blocks the IPv6 of a class without IPv6 source prefixes (housekeeping aside). */
+export interface Ipv6BlockIR {
+  readonly kind: 'ipv6-block';
+  readonly id: string;
+}
 
 export interface KillSwitchIR {
   readonly kind: 'kill-switch';
   readonly id: string;
   /** Destinations that may leave outside the tunnel: the policy's exceptions. */
   readonly except: AddressSet;
+}
+
+export interface MssClampIR {
+  readonly kind: 'mss-clamp';
+  /** `pmtu`: the route's MTU; a number: that MSS. */
+  readonly size: 'pmtu' | number;
+}
+
+export interface NatIR {
+  readonly kind: 'masquerade';
 }
 
 export interface MatchIR {
@@ -54,26 +98,69 @@ export interface RuleIR {
   readonly match: MatchIR;
 }
 
+export interface DefaultIR {
+  readonly kind: 'default';
+  readonly id: string;
+  readonly action: 'allow' | 'deny';
+}
+
+/** A class of the host-independent IR: `via` names no interface yet, `hosts` limits it. */
 export interface ClassIR {
   readonly kind: 'class';
   readonly name: string;
+  /** The host labels a host needs to carry this class (empty: every host). */
+  readonly hostLabels: Readonly<Record<string, string>>;
   readonly selector: SelectorIR;
-  /** Whether IPv6 of a class without IPv6 source prefixes is blocked (neighbour discovery aside). */
-  readonly blockUnlistedIpv6: boolean;
   readonly via: ViaIR;
-  readonly rules: readonly RuleIR[];
-  readonly defaultAction: { readonly id: string; readonly action: 'allow' | 'deny' };
-  readonly antiSpoofingId: string;
-  readonly nat: boolean;
-  readonly mssClamp: 'pmtu' | number | null;
+  readonly housekeeping: readonly HousekeepingIR[];
+  /** Null for host classes: their dispatch selects by source already. */
+  readonly antiSpoofing: AntiSpoofingIR | null;
+  readonly ipv6Block: Ipv6BlockIR | null;
   readonly killSwitch: KillSwitchIR | null;
+  readonly mssClamp: MssClampIR | null;
+  readonly nat: NatIR | null;
+  readonly rules: readonly RuleIR[];
+  readonly defaultRule: DefaultIR;
+}
+
+/** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
+export interface TunnelIR {
+  readonly kind: 'tunnel';
+  readonly name: string;
+  readonly families: readonly Family[];
+}
+
+export type BoundViaIR =
+  | { readonly kind: 'uplink'; readonly interface: string }
+  | { readonly kind: 'tunnel'; readonly interface: string; readonly families: readonly Family[] };
+
+/** A class bound to one host: `via` resolved to the interface it leaves by. */
+export interface HostClassIR extends Omit<ClassIR, 'via' | 'hostLabels'> {
+  readonly via: BoundViaIR;
+}
+
+/** The IR bound to one host's facts: what a backend compiles and the host config hash covers. */
+export interface HostIR {
+  readonly kind: 'host-policy';
+  readonly name: string;
+  /** The resolved uplink interface name. */
+  readonly uplink: string;
+  readonly tunnels: readonly TunnelIR[];
+  /**
+   * Connected prefixes of the host outside the uplink and the tunnels: tunnel classes reach them
+   * directly (throw routes), or LAN traffic and replies would go into the tunnel.
+   */
+  readonly localPrefixes: AddressSet;
+  readonly reassembly: ReassemblyIR;
+  /** The classes this host carries (its labels match), in policy order. */
+  readonly classes: readonly HostClassIR[];
 }
 
 export function assertNever(value: never, what = 'node'): never {
   throw new Error(`Unhandled ${what}: ${JSON.stringify(value)}`);
 }
 
-/** Whether an interface name matches a selector entry ("veth*" is a prefix). */
-export function matchesInterface(pattern: string, name: string): boolean {
-  return pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : pattern === name;
+/** The families a tunnel class can leave by: those its tunnel carries on this host. */
+export function carries(via: BoundViaIR, family: Family): boolean {
+  return via.kind === 'uplink' || via.families.includes(family);
 }

@@ -19,3 +19,5 @@ export type {
 } from './policy.js';
 export { policyJsonSchema } from './schema.js';
 export { didYouMean } from './did-you-mean.js';
+export { matchesInterface } from './interface-name.js';
+export { hasPorts, parseProtocol, PROTOCOL_NAMES } from './protocol.js';

@@ -30,3 +30,8 @@ export function findInterfaceNameProblem(
   }
   return undefined;
 }
+
+/** Whether an interface name matches a selector entry ("veth*" is a prefix). */
+export function matchesInterface(pattern: string, name: string): boolean {
+  return pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : pattern === name;
+}

@@ -29,12 +29,16 @@ export const ISSUE_CODES = {
   'ports-without-protocol': 'error',
   'misplaced-keyword': 'error',
   'probe-mismatch': 'error',
+  'ipv6-block-with-ipv6-sources': 'error',
+  'kill-switch-covers-everything': 'error',
+  'ingress-on-exit': 'error',
   // warnings
   'shadowed-rule': 'warning',
   'unreachable-family': 'warning',
   'tunnel-without-kill-switch': 'warning',
   'empty-network': 'warning',
   'host-bits': 'warning',
+  'ipv4-mapped-address': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;

@@ -101,6 +101,16 @@ export class IssueCollector {
     return found;
   }
 
+  /** Whether an error was reported at `path` or anywhere under it. */
+  hasErrorsUnder(path: Path): boolean {
+    const at = formatPath(path);
+    return this.issues.some(
+      (i) =>
+        i.severity === 'error' &&
+        (i.path === at || i.path.startsWith(`${at}.`) || i.path.startsWith(`${at}[`)),
+    );
+  }
+
   /** Whether the document spells out this key (as opposed to a schema default). */
   has(path: Path): boolean {
     return this.doc.hasIn(path);

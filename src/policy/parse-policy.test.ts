@@ -203,7 +203,7 @@ describe('rules', () => {
       withClass(`
         ingress: [br0]
         sources: [10.0.0.0/24]
-        rules: [{ id: a, action: allow, to: any, proto: tcp, ports: [22, '443', ' 8000 - 8080 '] }]
+        rules: [{ id: a, action: allow, to: any, proto: tcp, ports: [22, '443', '8000-8080'] }]
         default: deny`),
     );
     expect(codes).toEqual([]);
@@ -211,6 +211,22 @@ describe('rules', () => {
       { from: 22, to: 22 },
       { from: 443, to: 443 },
       { from: 8000, to: 8080 },
+    ]);
+  });
+
+  // Accepted without a word once; a stray space is as often a typo as a style (issue 8, §5).
+  it('refuses ports with spaces in them, saying how to write them', () => {
+    const { messages, codes } = check(
+      withClass(`
+        ingress: [br0]
+        sources: [10.0.0.0/24]
+        rules: [{ id: a, action: allow, to: any, proto: tcp, ports: [' 443 ', '1000 - 2000'] }]
+        default: deny`),
+    );
+    expect(codes).toEqual(['port-range', 'port-range']);
+    expect(messages).toEqual([
+      'Port " 443 " has spaces in it: write "443"',
+      'Port "1000 - 2000" has spaces in it: write "1000-2000"',
     ]);
   });
 

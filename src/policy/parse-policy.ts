@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument } from 'yaml';
-import { parseAddress, type AddressSet, type Family } from '../core/index.js';
+import { AddressSet, parseAddress, type Family } from '../core/index.js';
 import { didYouMean } from './did-you-mean.js';
 import {
   partsOfDocument,
@@ -10,7 +10,7 @@ import {
   type RulePart,
 } from './document-parts.js';
 import { formatPath, hasErrors, type IssueCode, type PolicyIssue } from './issue.js';
-import { findInterfaceNameProblem } from './interface-name.js';
+import { findInterfaceNameProblem, matchesInterface } from './interface-name.js';
 import { IssueCollector, type Path } from './locator.js';
 import type {
   Destination,
@@ -31,6 +31,7 @@ import {
   type ProtocolSpec,
 } from './schema.js';
 import { findShadowedRules } from './shadowed-rules.js';
+import { hasPorts, parseProtocol, PROTOCOL_NAMES } from './protocol.js';
 import { reportZodIssues } from './zod-issues.js';
 
 export interface ParseResult {
@@ -41,10 +42,8 @@ export interface ParseResult {
   readonly report: (path: Path, code: IssueCode, message: string) => PolicyIssue;
 }
 
-const PROTOCOL_NUMBERS: Record<string, Protocol> = { gre: 47, esp: 50, ah: 51, sctp: 132 };
 // Rule ids become nft object names and pf labels; "/" separates the generated ids (vm/default).
 const RULE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
-const PORT_PROTOCOLS = new Set<Protocol>(['tcp', 'udp', 132]);
 
 /** Reads and validates a policy file; every problem is returned at once, nothing is thrown. */
 export function loadPolicy(file: string): ParseResult {
@@ -195,7 +194,7 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
 
   const ruleIds = new Map<string, string>();
   const classes = parts.classes.map((part) =>
-    resolveClass(part, { collector, networks, tunnels, ruleIds }),
+    resolveClass(part, { collector, networks, tunnels, uplink, ruleIds }),
   );
   checkSourceOverlaps(classes, collector);
   checkIngressOverlaps(classes, collector);
@@ -254,6 +253,8 @@ interface ClassContext {
   readonly collector: IssueCollector;
   readonly networks: NetworkResolver;
   readonly tunnels: readonly string[];
+  /** "default-route" or the uplink's name. */
+  readonly uplink: string;
   readonly ruleIds: Map<string, string>;
 }
 
@@ -290,6 +291,19 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
         [...path, 'ingress', i],
         'invalid-interface-name',
         `Ingress "${iface}" is not an interface name or prefix: ${problem}`,
+      );
+      return;
+    }
+    // A class arrives on the interfaces its workloads sit behind, never on a way out: its rules
+    // would judge what comes back from the internet or out of the tunnel. (An uplink found from
+    // the default route is checked per host, when the policy is bound to its facts.)
+    const exits = [...ctx.tunnels, ...(ctx.uplink === 'default-route' ? [] : [ctx.uplink])];
+    const exit = exits.find((name) => matchesInterface(iface, name));
+    if (exit !== undefined) {
+      collector.at(
+        [...path, 'ingress', i],
+        'ingress-on-exit',
+        `Ingress "${iface}" of class "${name}" matches ${exit === ctx.uplink ? 'the uplink' : 'tunnel'} "${exit}", a way out, not where workloads arrive: list the bridge or interfaces the class's workloads sit behind`,
       );
     }
   });
@@ -337,6 +351,14 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       except: ctx.networks.resolveEntries(def.killSwitch.except, [...ksPath, 'except']),
       exceptNames: def.killSwitch.except,
     };
+    for (const f of [4, 6] as const) {
+      if (!sources.has(f) || !coversFamily(killSwitch.except, f)) continue;
+      collector.at(
+        [...ksPath, 'except'],
+        'kill-switch-covers-everything',
+        `The kill switch of class "${name}" excepts every IPv${f} destination, so its IPv${f} never uses tunnel "${def.via}" (it leaves by the main routing table): except only the networks that may bypass the tunnel (the LAN, the tunnel's endpoint)`,
+      );
+    }
   } else if (via.kind === 'tunnel') {
     collector.at(
       [...path, 'via'],
@@ -355,7 +377,9 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       collector.at(
         [...path, 'rules', index, 'id'],
         'invalid-value',
-        `Rule id "${rule.id}" is not valid: it names nft counters and pf labels, so use at most 63 letters, digits, ".", "_" and "-", starting with a letter or digit ("/" is kept for ids like "${name}/default")`,
+        rule.id.includes('/')
+          ? `Rule id "${rule.id}" is not valid: "/" is reserved for the ids egressguard generates (like "${name}/default" and "${name}/kill-switch"); use letters, digits, ".", "_" and "-"`
+          : `Rule id "${rule.id}" is not valid: it names nft counters and pf labels, so use at most 63 letters, digits, ".", "_" and "-", starting with a letter or digit`,
       );
     } else if (previous !== undefined) {
       collector.at(
@@ -369,6 +393,13 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
   }
   const rules = resolved.map((r) => r.rule);
   const ipv6 = def.ipv6 ?? 'block';
+  if (def.ipv6 === 'block' && sources.has(6)) {
+    collector.at(
+      [...path, 'ipv6'],
+      'ipv6-block-with-ipv6-sources',
+      `Class "${name}" says "ipv6: block" but lists IPv6 sources (${sources.only(6).describe(3)}): "block" only applies to a class without IPv6 prefixes, so its IPv6 would pass; remove the IPv6 sources to block its IPv6, or remove "ipv6: block"`,
+    );
+  }
   checkFamilies(name, resolved, { def, sources, ipv6, path, collector });
   if (via.kind === 'tunnel' && ipv6 === 'allow' && !sources.isEmpty() && !sources.has(6)) {
     // Steering is an `ip rule from <source>`: with no IPv6 prefix no rule selects the class's
@@ -379,8 +410,12 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       `Class "${name}" leaves by tunnel "${via.name}" and lets its IPv6 through ("ipv6: allow"), but has no IPv6 source prefix: tunnel steering selects a class's packets by source, so its IPv6 would never reach the tunnel; add the class's IPv6 prefixes to sources, or leave ipv6 blocked`,
     );
   }
-  for (const { index, by } of findShadowedRules(rules)) {
-    const shadowed = resolved[index];
+  // A rule with an error is not what its author meant: judging its reach would only add noise.
+  const sound = resolved.filter(
+    ({ index }) => !collector.hasErrorsUnder([...path, 'rules', index]),
+  );
+  for (const { index, by } of findShadowedRules(sound.map((r) => r.rule))) {
+    const shadowed = sound[index];
     if (shadowed === undefined) continue;
     const earlier =
       by.length === 1
@@ -446,7 +481,7 @@ function resolveRule(rule: RulePart, path: Path, ctx: ClassContext): PolicyRule 
         `Rule "${rule.id}" lists ports but no protocol, and only tcp, udp and sctp have ports: add "proto: tcp", "proto: udp" or "proto: [tcp, udp]"`,
       );
     } else {
-      const portless = protocols.filter((p) => !PORT_PROTOCOLS.has(p));
+      const portless = protocols.filter((p) => !hasPorts(p));
       if (portless.length > 0) {
         collector.at(
           [...path, 'ports'],
@@ -464,20 +499,15 @@ function toProtocol(
   path: Path,
   collector: IssueCollector,
 ): Protocol | undefined {
-  if (typeof spec === 'string') {
-    return spec === 'tcp' || spec === 'udp' || spec === 'icmp' ? spec : PROTOCOL_NUMBERS[spec];
-  }
-  if (spec < 0 || spec > 255) {
+  const protocol = parseProtocol(spec);
+  if (protocol === undefined && typeof spec === 'number') {
     collector.at(
       path,
       'invalid-protocol',
-      `Protocol number ${spec} is out of range: use a number from 0 to 255 or a name (tcp, udp, icmp, gre, esp, ah, sctp)`,
+      `Protocol number ${spec} is out of range: use a number from 0 to 255 or a name (${Object.keys(PROTOCOL_NAMES).join(', ')})`,
     );
-    return undefined;
   }
-  if (spec === 6) return 'tcp';
-  if (spec === 17) return 'udp';
-  return spec;
+  return protocol;
 }
 
 function parsePortRange(
@@ -485,10 +515,16 @@ function parsePortRange(
   path: Path,
   collector: IssueCollector,
 ): PortRange | undefined {
-  const match = typeof spec === 'number' ? null : /^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$/.exec(spec);
+  const match = typeof spec === 'number' ? null : /^(\d+)(?:-(\d+))?$/.exec(spec);
   const from = typeof spec === 'number' ? spec : match ? Number(match[1]) : NaN;
   const to = typeof spec === 'number' ? spec : match ? Number(match[2] ?? match[1]) : NaN;
   const shown = typeof spec === 'number' ? String(spec) : `"${spec}"`;
+  const spaceless = typeof spec === 'string' ? spec.replace(/\s+/g, '') : '';
+  if (match === null && /^\d+(-\d+)?$/.test(spaceless)) {
+    // Refused rather than read silently: a stray space is as often a typo as a style.
+    collector.at(path, 'port-range', `Port ${shown} has spaces in it: write "${spaceless}"`);
+    return undefined;
+  }
   if (Number.isNaN(from) || Number.isNaN(to)) {
     collector.at(
       path,
@@ -686,7 +722,7 @@ function resolveProbe(
         'port-range',
         `Port ${probe.port} is out of range: ports go from 1 to 65535`,
       );
-    } else if (!PORT_PROTOCOLS.has(proto)) {
+    } else if (!hasPorts(proto)) {
       ctx.collector.at(
         [...ctx.path, 'port'],
         'ports-without-protocol',
@@ -706,4 +742,11 @@ function resolveProbe(
     egress: probe.egress,
     via: probe.via,
   };
+}
+
+/** Whether a set holds every address of a family. */
+function coversFamily(set: AddressSet, family: Family): boolean {
+  return !AddressSet.parse([family === 4 ? '0.0.0.0/0' : '::/0'])
+    .subtract(set)
+    .has(family);
 }

@@ -5,6 +5,7 @@ import {
   parseAddress,
   parsePrefix,
   parsePrefixList,
+  unmapIpv4,
   type Prefix,
 } from '../core/index.js';
 import { didYouMean } from './did-you-mean.js';
@@ -37,6 +38,11 @@ function explainMalformed(entry: string): string {
     return 'an IPv4 address is four numbers from 0 to 255, without leading zeros';
   }
   return 'write an address or a prefix, like 192.0.2.0/24 or 2001:db8::/32';
+}
+
+function describeMapped(entry: string, prefix: Prefix): string {
+  const v4 = AddressSet.fromPrefixes([prefix]).describe();
+  return `"${entry}" is an IPv4-mapped IPv6 address, which never appears in an IPv6 packet on the wire (RFC 4291 §2.5.5.2): it is taken as the IPv4 "${v4}"; write "${v4}"`;
 }
 
 function describeHostBits(entry: string, prefix: Prefix): string {
@@ -134,8 +140,12 @@ export class NetworkResolver {
       );
       return undefined;
     }
-    if (prefix.hadHostBits) this.collector.at(at, 'host-bits', describeHostBits(entry, prefix));
-    return prefix;
+    const v4 = unmapIpv4(prefix);
+    if (v4 !== undefined) this.collector.at(at, 'ipv4-mapped-address', describeMapped(entry, v4));
+    if (prefix.hadHostBits) {
+      this.collector.at(at, 'host-bits', describeHostBits(entry, v4 ?? prefix));
+    }
+    return v4 ?? prefix;
   }
 
   private resolveReference(name: string, at: Path): AddressSet | undefined {
@@ -221,9 +231,14 @@ export class NetworkResolver {
       return AddressSet.EMPTY;
     }
     if (text.startsWith('\uFEFF')) text = text.slice(1);
-    const counts = { 'malformed-cidr': 0, 'host-bits': 0 };
+    const counts = { 'malformed-cidr': 0, 'host-bits': 0, 'ipv4-mapped-address': 0 };
     const set = parsePrefixList(text, (issue) => {
-      const code = issue.kind === 'malformed' ? 'malformed-cidr' : 'host-bits';
+      const code =
+        issue.kind === 'malformed'
+          ? 'malformed-cidr'
+          : issue.kind === 'ipv4-mapped'
+            ? 'ipv4-mapped-address'
+            : 'host-bits';
       counts[code]++;
       if (counts[code] > MAX_LINE_ISSUES_PER_FILE) return;
       this.collector.inFile(
@@ -233,10 +248,12 @@ export class NetworkResolver {
         code,
         issue.kind === 'malformed'
           ? `Cannot parse "${issue.entry}" as a prefix: ${explainMalformed(issue.entry)}`
-          : describeHostBits(issue.entry, issue.prefix),
+          : issue.kind === 'ipv4-mapped'
+            ? describeMapped(issue.entry, issue.prefix)
+            : describeHostBits(issue.entry, issue.prefix),
       );
     });
-    for (const code of ['malformed-cidr', 'host-bits'] as const) {
+    for (const code of ['malformed-cidr', 'host-bits', 'ipv4-mapped-address'] as const) {
       if (counts[code] <= MAX_LINE_ISSUES_PER_FILE) continue;
       this.collector.at(
         at,

@@ -162,6 +162,14 @@ function reportPortOrProtocol(path: Path, value: unknown, collector: IssueCollec
     return true;
   }
   if (isProtocolPath(path)) {
+    if (Array.isArray(value) && value.length === 0) {
+      collector.at(
+        path,
+        'invalid-protocol',
+        `The protocol list at ${where} is empty, so the rule would match nothing: list at least one protocol, or remove "proto" to match every IP protocol`,
+      );
+      return true;
+    }
     if (typeof value === 'string' && /^(icmpv6|ipv6-icmp|icmp6)$/i.test(value)) {
       collector.at(
         path,

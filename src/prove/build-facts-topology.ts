@@ -1,6 +1,6 @@
 import { EgressguardError, parsePrefix, type Prefix } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
-import { matchesInterface, type PolicyIR } from '../ir/index.js';
+import { matchesInterface, type HostIR } from '../ir/index.js';
 import type { LabLink, LabNode, LabRoute, Topology } from './lab/topology.js';
 
 /** A lab that stands for the host some facts describe, and what each node of it is for. */
@@ -40,7 +40,7 @@ const CATCH_ALL_METRIC = 4_294_967_295;
  * side with no neighbour discovery, and the far sides route everything back: a workload can
  * send any source to any destination. Far sides have no link-local address, so they stay quiet.
  */
-export function buildFactsTopology(ir: PolicyIR, facts: HostFacts): FactsLab {
+export function buildFactsTopology(ir: HostIR, facts: HostFacts): FactsLab {
   const skipped: string[] = [];
   const hostInterfaces = new Map<string, string[]>();
   for (const iface of facts.interfaces) {
@@ -61,7 +61,8 @@ export function buildFactsTopology(ir: PolicyIR, facts: HostFacts): FactsLab {
       hostInterfaces.set(pattern.endsWith('*') ? `${pattern.slice(0, -1)}0` : pattern, []);
     }
   }
-  for (const tunnel of ir.tunnels) {
+  const tunnels = ir.tunnels.map((t) => t.name);
+  for (const tunnel of tunnels) {
     if (!hostInterfaces.has(tunnel)) hostInterfaces.set(tunnel, []);
   }
   if (!hostInterfaces.has(ir.uplink)) hostInterfaces.set(ir.uplink, []);
@@ -83,13 +84,13 @@ export function buildFactsTopology(ir: PolicyIR, facts: HostFacts): FactsLab {
     const role =
       name === ir.uplink
         ? 'internet'
-        : ir.tunnels.includes(name)
+        : tunnels.includes(name)
           ? `peer-${name}`
           : isClass(name)
             ? `wl-${name}`
             : `lan-${name}`;
     const node = nodeName(role);
-    const peerIface = ir.tunnels.includes(name) ? name : 'eth0';
+    const peerIface = tunnels.includes(name) ? name : 'eth0';
     if (nodes[node] !== undefined) {
       throw new EgressguardError(
         'usage',
@@ -131,8 +132,8 @@ export function buildFactsTopology(ir: PolicyIR, facts: HostFacts): FactsLab {
     host: HOST,
     peers,
     classInterfaces,
-    unmanagedInterfaces: labInterfaces.filter((n) => !isClass(n) && !ir.tunnels.includes(n)).sort(),
-    tunnels: [...ir.tunnels],
+    unmanagedInterfaces: labInterfaces.filter((n) => !isClass(n) && !tunnels.includes(n)).sort(),
+    tunnels,
     catchAll: catchAll.map((r) => `${r.to} dev ${r.dev ?? ''}`),
     skipped,
     resolveIngress(name) {

@@ -17,8 +17,7 @@ import {
   type LiveState,
 } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
-import type { HostFacts } from '../facts/index.js';
-import type { PolicyIR } from '../ir/index.js';
+import type { HostIR } from '../ir/index.js';
 import { createRunner, type Runner } from '../runner/index.js';
 import { StateDir } from '../state/index.js';
 
@@ -48,7 +47,7 @@ export interface HostControl {
   readonly table: string;
   readonly backend: Backend;
   readonly netns: string;
-  compile(ir: PolicyIR, facts: HostFacts, file: string): CompiledPolicy;
+  compile(ir: HostIR, file: string): CompiledPolicy;
   /** applyGeneration in this process, retried while the resident holds the host lock. */
   apply(policy: CompiledPolicy): Promise<ApplyReport>;
   readLive(policy?: CompiledPolicy): Promise<LiveState>;
@@ -109,10 +108,9 @@ export function createHostControl(options: {
     backend,
     netns: options.netns,
 
-    compile(ir, facts, policyFile) {
+    compile(ir, policyFile) {
       const { artifacts, hash } = compileWithHash(backend.createCompiler(), {
         ir,
-        facts,
         tableName: table,
         versions: { compiler: options.version, agent: options.version },
       });

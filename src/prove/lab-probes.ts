@@ -2,11 +2,11 @@ import type { Family } from '../core/index.js';
 import {
   evaluatePacket,
   matchesInterface,
-  parsePacket,
+  toPacket,
   type Decision,
   type HostView,
   type Layer,
-  type PolicyIR,
+  type HostIR,
 } from '../ir/index.js';
 import type { Policy, Protocol } from '../policy/index.js';
 
@@ -86,7 +86,7 @@ const NAMED_KINDS: Readonly<Record<number, ProbeKind>> = { 47: 'gre', 50: 'esp',
  */
 export function expandProbes(
   policy: Policy,
-  ir: PolicyIR,
+  ir: HostIR,
   host: HostView,
   options: { readonly only?: readonly string[] | undefined } = {},
 ): { probes: LabProbe[]; skipped: SkippedProbe[] } {
@@ -104,7 +104,7 @@ export function expandProbes(
               evaluatePacket(
                 ir,
                 host,
-                parsePacket({ from: probe.from, to: probe.to, ingress: probe.in }),
+                toPacket({ from: probe.from, to: probe.to, ingress: probe.in }),
                 { tunnel: 'up' },
               ).class,
           );
@@ -113,7 +113,7 @@ export function expandProbes(
             protocol === probe.proto &&
             (state === probe.tunnel || packetClass?.via.kind !== 'tunnel');
           const port = protocol === 'icmp' ? undefined : probe.port;
-          const packet = parsePacket({
+          const packet = toPacket({
             from: probe.from,
             to: probe.to,
             ingress: probe.in,
@@ -196,11 +196,11 @@ export function expandProbes(
  * expectation; undefined when no class selects it.
  */
 export function deriveProbe(
-  ir: PolicyIR,
+  ir: HostIR,
   host: HostView,
   packet: DerivedPacket,
 ): LabProbe | undefined {
-  const parsed = parsePacket({
+  const parsed = toPacket({
     from: packet.from,
     to: packet.to,
     ingress: packet.ingress,

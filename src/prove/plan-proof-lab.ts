@@ -1,6 +1,6 @@
 import { AddressSet, EgressguardError, parseAddress } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
-import type { PolicyIR } from '../ir/index.js';
+import type { HostIR } from '../ir/index.js';
 import { buildFactsTopology, type FactsLab } from './build-facts-topology.js';
 import type { LabProbe } from './lab-probes.js';
 import type { Topology } from './lab/topology.js';
@@ -70,11 +70,7 @@ const LAB_ADDRESS_CANDIDATES = [
  * on top: the addresses the far sides answer on, the probe sources of each workload, the echo
  * ports, the resolver and the control destinations. Nothing in it reaches a real interface.
  */
-export function planProofLab(
-  ir: PolicyIR,
-  facts: HostFacts,
-  probes: readonly LabProbe[],
-): ProofLab {
+export function planProofLab(ir: HostIR, facts: HostFacts, probes: readonly LabProbe[]): ProofLab {
   const factsLab = buildFactsTopology(ir, facts);
   const taken = AddressSet.parse([
     ...facts.interfaces.flatMap((i) => i.addresses),

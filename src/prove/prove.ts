@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import { readHostFacts, type HostFacts } from '../facts/index.js';
-import { createHostView, evaluateProbes, lowerPolicy, type ProbeResult } from '../ir/index.js';
+import { createHostView, evaluateProbes, lowerForHost, type ProbeResult } from '../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type Policy } from '../policy/index.js';
 import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
@@ -89,7 +89,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
   const startedAt = new Date().toISOString();
   const progress = options.progress ?? (() => undefined);
   const { policy, factsFile, facts } = loadInputs(options);
-  const ir = lowerPolicy(policy, facts);
+  const ir = lowerForHost(policy, facts);
   const view = createHostView(facts);
   const l1 = evaluateProbes(ir, view, policy.requirements);
   const { probes, skipped } = expandProbes(policy, ir, view, { only: options.only });
@@ -157,8 +157,8 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       await restores.unwind({ onSignal: controller.signal.aborted });
     });
     await startLabServices(lab, plan);
-    const policyA: CompiledPolicy = host.compile(ir, facts, options.policyFile);
-    const compiledB = host.compile(lowerPolicy(policyB, facts), facts, fileB);
+    const policyA: CompiledPolicy = host.compile(ir, options.policyFile);
+    const compiledB = host.compile(lowerForHost(policyB, facts), fileB);
     progress(
       `applying ${policy.name} (hash ${policyA.hash.slice(0, 12)}) and starting \`egressguard run\``,
     );

@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { readHostFacts } from '../facts/index.js';
-import { createHostView, lowerPolicy } from '../ir/index.js';
+import { createHostView, lowerForHost } from '../ir/index.js';
 import { loadPolicy } from '../policy/index.js';
 import { expandProbes, type LabProbe, type SkippedProbe } from './lab-probes.js';
 import { planProofLab, type ProofLab } from './plan-proof-lab.js';
@@ -14,7 +14,7 @@ export function loadVpnGateway(): { probes: LabProbe[]; skipped: SkippedProbe[];
   const policy = loadPolicy(`${EXAMPLE}policy.yaml`).policy;
   if (policy === undefined) throw new Error('the example policy does not load');
   const facts = readHostFacts(`${EXAMPLE}facts.json`);
-  const ir = lowerPolicy(policy, facts);
+  const ir = lowerForHost(policy, facts);
   const { probes, skipped } = expandProbes(policy, ir, createHostView(facts));
   return { probes, skipped, plan: planProofLab(ir, facts, probes) };
 }

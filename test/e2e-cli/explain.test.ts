@@ -57,8 +57,38 @@ describe('explain errors', () => {
       '10.1.2.300',
     ]);
     expect(result.exitCode).toBe(2);
-    expect(result.stderr).toContain('error: Cannot parse destination address "10.1.2.300"');
+    expect(result.stderr).toContain('error: Cannot use destination address "10.1.2.300"');
     expect(result.stderr).toContain('hint:');
+  });
+
+  // One validation of the packet's arguments, each with its own message (issue 8, §5).
+  it.each([
+    [['--proto', 'tcp', '--port', '0'], 'Cannot use port "0": ports go from 1 to 65535'],
+    [['--proto', 'tcp', '--port', '70000'], 'Cannot use port "70000": ports go from 1 to 65535'],
+    [['--proto', 'bogus'], 'Cannot use protocol "bogus"'],
+    [['--proto', 'TCP'], 'hint: protocol names are lowercase, as in a policy: write "tcp"'],
+    [['--proto', 'icmpv6'], 'hint: write "icmp": it means ICMPv6 for an IPv6 packet'],
+    [
+      ['--proto', 'icmp', '--port', '53'],
+      'Cannot use --port 53 with protocol "icmp": only tcp, udp and sctp have ports',
+    ],
+    [['--proto', 'udp', '--icmp-type', '8'], 'Cannot use --icmp-type 8 with protocol "udp"'],
+    [['--proto', 'icmp', '--icmp-type', '300'], 'Cannot use ICMP type "300"'],
+    [['--fragment', 'middle'], 'Cannot use --fragment "middle"'],
+  ])('rejects %j with its own message and exit code 2', async (extra, message) => {
+    const result = await runCli([
+      'explain',
+      join(VALID, 'linux-vpn-gateway/policy.yaml'),
+      '--from',
+      '10.10.0.5',
+      '--to',
+      '203.0.113.7',
+      ...extra,
+    ]);
+    expect(result.exitCode).toBe(2);
+    expect(result.stderr).toContain(message);
+    // Never the hint about address families that every packet error once printed.
+    expect(result.stderr).not.toContain('both of one family');
   });
 
   it('asks for facts when none sit beside the policy', async () => {

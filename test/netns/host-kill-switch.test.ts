@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nftablesBackend } from '../../src/backends/index.js';
 import { readHostFacts } from '../../src/facts/index.js';
-import { lowerPolicy } from '../../src/ir/index.js';
+import { lowerForHost } from '../../src/ir/index.js';
 import { loadPolicy } from '../../src/policy/index.js';
 import { createRunner } from '../../src/runner/index.js';
 import { REPO } from '../e2e-cli/run-cli.js';
@@ -23,7 +23,7 @@ const parsed = loadPolicy(join(CASE, 'policy.yaml'));
 if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
 const artifacts = nftablesBackend
   .createCompiler()
-  .compile(lowerPolicy(parsed.policy, facts), facts, { tableName: TABLE });
+  .compile(lowerForHost(parsed.policy, facts), { tableName: TABLE });
 const inspector = nftablesBackend.createInspector({ runner: host, tableName: TABLE });
 
 async function ip(...args: string[]): Promise<void> {

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { nftablesBackend, type Artifact } from '../../src/backends/index.js';
 import { parseHostFacts } from '../../src/facts/index.js';
-import { lowerPolicy } from '../../src/ir/index.js';
+import { lowerForHost } from '../../src/ir/index.js';
 import { parsePolicy } from '../../src/policy/index.js';
 import { createRunner } from '../../src/runner/index.js';
 
@@ -52,7 +52,7 @@ ${classes}`,
   if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
   return nftablesBackend
     .createCompiler()
-    .compile(lowerPolicy(parsed.policy, FACTS), FACTS, { tableName: TABLE });
+    .compile(lowerForHost(parsed.policy, FACTS), { tableName: TABLE });
 }
 
 const VPN = `  vpn:

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { readHostFacts } from '../../facts/index.js';
-import { lowerPolicy } from '../../ir/index.js';
+import { lowerForHost } from '../../ir/index.js';
 import { loadPolicy } from '../../policy/index.js';
 import { createNftCompiler } from './nft-compiler.js';
 
@@ -16,7 +16,7 @@ function compileCase(name: string) {
   const parsed = loadPolicy(join(dir, 'policy.yaml'));
   if (parsed.policy === undefined) throw new Error(`golden case ${name} is invalid`);
   const facts = readHostFacts(join(dir, 'facts.json'));
-  return createNftCompiler().compile(lowerPolicy(parsed.policy, facts), facts);
+  return createNftCompiler().compile(lowerForHost(parsed.policy, facts));
 }
 
 describe('nftables compiler golden files', () => {
@@ -106,7 +106,7 @@ describe('large sets', () => {
       if (parsed.policy === undefined)
         throw new Error(parsed.issues.map((i) => i.message).join('; '));
       const facts = readHostFacts(join(VALID, 'linux-vpn-gateway', 'facts.json'));
-      const artifacts = createNftCompiler().compile(lowerPolicy(parsed.policy, facts), facts);
+      const artifacts = createNftCompiler().compile(lowerForHost(parsed.policy, facts));
       return artifacts.find((a) => a.name === 'ruleset.nft')?.content ?? '';
     } finally {
       rmSync(dir, { recursive: true, force: true });

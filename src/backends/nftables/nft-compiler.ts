@@ -1,10 +1,11 @@
 import type { AddressSet, Family } from '../../core/index.js';
-import type { HostFacts } from '../../facts/index.js';
 import {
   assertNever,
   BLANK_STAMP,
-  type ClassIR,
-  type PolicyIR,
+  type HostClassIR,
+  type HostIR,
+  type HousekeepingIR,
+  type ReassemblyIR,
   type RuleIR,
   type SelectorIR,
 } from '../../ir/index.js';
@@ -39,9 +40,12 @@ const SELF_TYPES = '{ local, broadcast, anycast }';
 // RFC 4861: neighbour discovery is link-local and always sent with hop limit 255.
 const ND_MATCH =
   'meta nfproto ipv6 icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255';
-// RFC 2131: a client without an address broadcasts from 0.0.0.0 to the server port.
-const DHCP_MATCH =
-  'meta nfproto ipv4 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67';
+// RFC 2131: a client without an address broadcasts from 0.0.0.0 to the server port. RFC 8415
+// §7.1: a DHCPv6 client sends from its link-local address to All_DHCP_Relay_Agents_and_Servers.
+const DHCP_MATCHES = [
+  'meta nfproto ipv4 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67',
+  'meta nfproto ipv6 ip6 saddr fe80::/10 ip6 daddr ff02::1:2 udp sport 546 udp dport 547',
+];
 
 /**
  * Compiles the IR into one owned `table inet` as a single nft transaction (declare, delete,
@@ -49,13 +53,13 @@ const DHCP_MATCH =
  */
 export function createNftCompiler(): Compiler {
   return {
-    compile(ir: PolicyIR, facts: HostFacts, options: CompileOptions = {}): readonly Artifact[] {
+    compile(ir: HostIR, options: CompileOptions = {}): readonly Artifact[] {
       // The name is written into the nft transaction: "x {}; flush ruleset; table inet x"
       // would otherwise be a ruleset of its own.
       const table = checkTableName(options.tableName ?? DEFAULT_TABLE);
       const stamp = options.stamp ?? BLANK_STAMP;
       return [
-        { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp, facts }) },
+        { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp }) },
         { name: STEERING_ARTIFACT, content: compileSteering(ir, options.steering) },
         { name: LOCKDOWN_ARTIFACT, content: compileLockdown(ir, table) },
       ];
@@ -74,10 +78,7 @@ interface Emitter {
   readonly name: (prefix: string, id: string) => string;
 }
 
-function compileRuleset(
-  ir: PolicyIR,
-  ctx: { table: string; stamp: string; facts: HostFacts },
-): string {
+function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): string {
   const e: Emitter = {
     sets: [],
     counters: new Map(),
@@ -126,7 +127,7 @@ function compileRuleset(
       default:
         assertNever(cls.selector);
     }
-    if (cls.nat) {
+    if (cls.nat !== null) {
       const ingress = natIngressMatch(cls.selector);
       for (const f of families) {
         for (const match of inSets(f, 'saddr', src[f])) {
@@ -153,6 +154,7 @@ function compileRuleset(
     base('input', 'type filter hook input priority filter; policy accept;', dispatch.input),
     base('output', 'type filter hook output priority filter; policy accept;', dispatch.output),
     base('postrouting', 'type nat hook postrouting priority srcnat; policy accept;', nat),
+    reassemblyChain(ir.reassembly),
     ...e.chains,
   ];
   return [
@@ -183,8 +185,20 @@ function natIngressMatch(selector: SelectorIR): string {
   }
 }
 
+/**
+ * Fragments are reassembled before our hooks whatever the policy: any conntrack expression in the
+ * table makes the kernel register its defragmentation hooks for the namespace (priority -400,
+ * before every filter chain: nft_ct's init takes nf_ct_netns_get for both families of an inet
+ * table, and nf_conntrack registers nf_defrag_ipv4/ipv6). This chain is never jumped to; the
+ * rule's presence is its job. Measured without it: non-first fragments of a datagram to a denied
+ * port passed `th dport` rules (they carry no transport header) and the class default took them.
+ */
+function reassemblyChain(node: ReassemblyIR): string {
+  return chain('reassembly', [`ct state invalid comment ${nftString(node.id)}`]);
+}
+
 /** Fail closed without a policy: every class interface and host-class source is dropped. */
-function compileLockdown(ir: PolicyIR, table: string): string {
+function compileLockdown(ir: HostIR, table: string): string {
   const forward: string[] = [];
   const output: string[] = [];
   for (const cls of ir.classes) {
@@ -225,11 +239,26 @@ function chain(name: string, lines: readonly string[]): string {
 }
 
 /** The families a class's packets can have once anti-spoofing has run. */
-function producedFamilies(cls: ClassIR): Family[] {
+function producedFamilies(cls: HostClassIR): Family[] {
   const out: Family[] = [];
   if (cls.selector.sources.has(4)) out.push(4);
-  if (cls.selector.sources.has(6) || !cls.blockUnlistedIpv6) out.push(6);
+  if (cls.selector.sources.has(6) || lets6Unlisted(cls)) out.push(6);
   return out;
+}
+
+/**
+ * Whether IPv6 from a class without IPv6 prefixes enters its chains: a forwarded class lets it
+ * through unless it blocks it (`ipv6: allow`); a host class's chain is entered by source address.
+ */
+function lets6Unlisted(cls: HostClassIR): boolean {
+  switch (cls.selector.kind) {
+    case 'ingress':
+      return cls.ipv6Block === null;
+    case 'host':
+      return false;
+    default:
+      return assertNever(cls.selector);
+  }
 }
 
 function ifnamePattern(pattern: string): string {
@@ -320,20 +349,23 @@ function verdict(
 
 function classChain(
   e: Emitter,
-  cls: ClassIR,
+  cls: HostClassIR,
   ctx: {
     hook: 'forward' | 'input' | 'output';
     src: SetNames;
     families: readonly Family[];
-    ir: PolicyIR;
+    ir: HostIR;
   },
 ): string[] {
   const lines: string[] = [];
   if (ctx.hook === 'input') {
     // Link housekeeping with the host comes before anti-spoofing: neighbour discovery uses
     // link-local sources, and DHCP clients send from 0.0.0.0 before they have an address.
-    lines.push(...verdict(e, ND_MATCH, `${cls.name}/neighbour-discovery`, 'allow'));
-    lines.push(...verdict(e, DHCP_MATCH, `${cls.name}/dhcp`, 'allow'));
+    for (const node of cls.housekeeping) {
+      for (const match of housekeepingMatches(node)) {
+        lines.push(...verdict(e, match, node.id, 'allow'));
+      }
+    }
   }
   lines.push(...antiSpoofing(e, cls, ctx.src));
   // The kill switch: before any rule and regardless of conntrack state, so an established flow
@@ -363,7 +395,7 @@ function classChain(
     }
   }
   if (cls.mssClamp !== null && ctx.hook !== 'input') {
-    const size = cls.mssClamp === 'pmtu' ? 'rt mtu' : String(cls.mssClamp);
+    const size = cls.mssClamp.size === 'pmtu' ? 'rt mtu' : String(cls.mssClamp.size);
     lines.push(
       `oifname ${nftString(cls.via.interface)} tcp flags syn tcp option maxseg size set ${size}`,
     );
@@ -375,26 +407,28 @@ function classChain(
       }
     }
   });
-  lines.push(...verdict(e, '', cls.defaultAction.id, cls.defaultAction.action));
+  lines.push(...verdict(e, '', cls.defaultRule.id, cls.defaultRule.action));
   return lines;
+}
+
+function housekeepingMatches(node: HousekeepingIR): readonly string[] {
+  switch (node.kind) {
+    case 'neighbour-discovery':
+      return [ND_MATCH];
+    case 'dhcp':
+      return DHCP_MATCHES;
+    default:
+      return assertNever(node);
+  }
 }
 
 /**
  * Anti-spoofing (and IPv6 of a class without IPv6 prefixes): a workload with root can spoof.
  * A host class needs none: its dispatch rules jump by source address already.
  */
-function antiSpoofing(e: Emitter, cls: ClassIR, src: SetNames): string[] {
-  switch (cls.selector.kind) {
-    case 'ingress':
-      return sourceChecks(e, cls, src);
-    case 'host':
-      return [];
-    default:
-      return assertNever(cls.selector);
-  }
-}
-
-function sourceChecks(e: Emitter, cls: ClassIR, src: SetNames): string[] {
+function antiSpoofing(e: Emitter, cls: HostClassIR, src: SetNames): string[] {
+  const node = cls.antiSpoofing;
+  if (node === null) return [];
   const lines: string[] = [];
   for (const f of [4, 6] as const) {
     const set = src[f];
@@ -403,14 +437,14 @@ function sourceChecks(e: Emitter, cls: ClassIR, src: SetNames): string[] {
         ...verdict(
           e,
           `meta nfproto ${FAMILY[f].nfproto} ${notInSets(f, 'saddr', set)}`,
-          cls.antiSpoofingId,
+          node.id,
           'deny',
         ),
       );
     } else if (f === 4) {
-      lines.push(...verdict(e, 'meta nfproto ipv4', cls.antiSpoofingId, 'deny'));
-    } else if (cls.blockUnlistedIpv6) {
-      lines.push(...verdict(e, 'meta nfproto ipv6', `${cls.name}/ipv6-block`, 'deny'));
+      lines.push(...verdict(e, 'meta nfproto ipv4', node.id, 'deny'));
+    } else if (cls.ipv6Block !== null) {
+      lines.push(...verdict(e, 'meta nfproto ipv6', cls.ipv6Block.id, 'deny'));
     }
   }
   return lines;
@@ -422,7 +456,7 @@ function sourceChecks(e: Emitter, cls: ClassIR, src: SetNames): string[] {
  */
 function ruleMatches(
   e: Emitter,
-  cls: ClassIR,
+  cls: HostClassIR,
   rule: RuleIR,
   ctx: { index: number; family: Family; hook: 'forward' | 'input' | 'output' },
 ): string[] {

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { isEgressguardError } from '../../core/index.js';
 import { readHostFacts } from '../../facts/index.js';
-import { lowerPolicy, type PolicyIR } from '../../ir/index.js';
+import { lowerForHost, type HostIR } from '../../ir/index.js';
 import { parsePolicy } from '../../policy/index.js';
 import { createRunner } from '../../runner/index.js';
 import { createNftCompiler, RULESET_ARTIFACT } from './nft-compiler.js';
@@ -14,7 +14,7 @@ const VALID = fileURLToPath(new URL('../../../testdata/policies/valid', import.m
 const FACTS = readHostFacts(join(VALID, 'linux-vpn-gateway/facts.json'));
 
 /** Lowers policy text against the vpn-gateway facts (tunnels tun0 and tun1 declared). */
-function lower(classes: string): PolicyIR {
+function lower(classes: string): HostIR {
   const text = `apiVersion: egressguard/v1
 metadata: { name: test }
 interfaces:
@@ -27,7 +27,7 @@ ${classes}`;
   if (parsed.policy === undefined) {
     throw new Error(parsed.issues.map((i) => `${i.code}: ${i.message}`).join('\n'));
   }
-  return lowerPolicy(parsed.policy, FACTS);
+  return lowerForHost(parsed.policy, FACTS);
 }
 
 const TWO_TUNNELS = lower(`  a:
@@ -64,7 +64,7 @@ describe('steering table ids and rule priorities', () => {
   });
 
   it('counts up from the table and priority chosen in the compile options', () => {
-    const artifacts = createNftCompiler().compile(TWO_TUNNELS, FACTS, {
+    const artifacts = createNftCompiler().compile(TWO_TUNNELS, {
       steering: { table: 100, priority: 9000 },
     });
     const spec = JSON.parse(
@@ -199,8 +199,7 @@ describe('steering of classes with and without a kill switch', () => {
 
 describe('nft table name', () => {
   it('refuses a name that would inject into the nft transaction', () => {
-    const compile = (tableName: string) =>
-      createNftCompiler().compile(TWO_TUNNELS, FACTS, { tableName });
+    const compile = (tableName: string) => createNftCompiler().compile(TWO_TUNNELS, { tableName });
     expect(usageError(() => compile('x {}; flush ruleset; table inet x'))).toBe(
       'Cannot use nft table name "x {}; flush ruleset; table inet x": a table name is a letter followed by at most 31 letters, digits or "_"',
     );

@@ -1,5 +1,5 @@
 import { EgressguardError, type Family } from '../../core/index.js';
-import type { PolicyIR } from '../../ir/index.js';
+import type { HostIR } from '../../ir/index.js';
 import type { CompileOptions } from '../backend.js';
 
 export const STEERING_ARTIFACT = 'steering.json';
@@ -69,10 +69,7 @@ export interface SteeringSpec {
  * tunnel's routes vanish with its link the lookup falls through to the main table (what explain
  * and the `tunnel-without-kill-switch` warning promise).
  */
-export function buildSteering(
-  ir: PolicyIR,
-  options: CompileOptions['steering'] = {},
-): SteeringSpec {
+export function buildSteering(ir: HostIR, options: CompileOptions['steering'] = {}): SteeringSpec {
   const d = STEERING_DEFAULTS;
   const tunnelClasses = ir.classes.filter((c) => c.via.kind === 'tunnel');
   const groups = [...new Set(tunnelClasses.map((c) => c.via.interface))]
@@ -110,14 +107,19 @@ export function buildSteering(
       if (sources.length === 0) continue;
       for (const from of sources) rules.push({ family: f, from, table, priority });
       const any = f === 4 ? '0.0.0.0/0' : '::/0';
-      routes.push({
-        family: f,
-        table,
-        type: 'unicast',
-        destination: any,
-        device: group.name,
-        metric: d.tunnelMetric,
-      });
+      // A family the tunnel cannot carry (IPv6 disabled on it) gets no tunnel default: the kernel
+      // refuses it ("IPv6 is disabled on nexthop device"), and the blackhole (kill switch) or the
+      // main table (no kill switch) takes that family, as explain says; the other family works.
+      if (ir.tunnels.find((t) => t.name === group.name)?.families.includes(f) ?? true) {
+        routes.push({
+          family: f,
+          table,
+          type: 'unicast',
+          destination: any,
+          device: group.name,
+          metric: d.tunnelMetric,
+        });
+      }
       if (group.killSwitch) {
         routes.push({
           family: f,
@@ -139,7 +141,7 @@ export function buildSteering(
   return { protocol: d.protocol, tunnels, rules, routes };
 }
 
-export function compileSteering(ir: PolicyIR, options: CompileOptions['steering']): string {
+export function compileSteering(ir: HostIR, options: CompileOptions['steering']): string {
   return `${JSON.stringify(buildSteering(ir, options), null, 2)}\n`;
 }
 

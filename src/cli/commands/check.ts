@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
-import { createHostView, evaluateProbes, lowerPolicy, type ProbeResult } from '../../ir/index.js';
+import { createHostView, evaluateProbes, lowerForHost, type ProbeResult } from '../../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
 import { findFactsFile } from '../load-inputs.js';
@@ -46,7 +46,7 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
   let results: ProbeResult[] = [];
   if (policy !== undefined && factsFile !== undefined) {
     const facts = readHostFacts(factsFile);
-    const ir = lowerPolicy(policy, facts);
+    const ir = lowerForHost(policy, facts);
     results = evaluateProbes(ir, createHostView(facts), policy.requirements);
     for (const result of results) {
       if (result.mismatches.length === 0) continue;

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { lowerPolicy } from '../../ir/index.js';
+import { lowerForHost } from '../../ir/index.js';
 import { compileWithHash } from '../../backends/index.js';
 import { EXIT } from '../exit-codes.js';
 import { requireFacts, requirePolicy } from '../load-inputs.js';
@@ -24,10 +24,9 @@ export function runCompile(file: string, options: CompileCommandOptions, output:
   const facts = requireFacts(file, options.facts);
   const backend =
     options.target === undefined ? registry.forFacts(facts) : registry.get(options.target);
-  const ir = lowerPolicy(policy, facts);
+  const ir = lowerForHost(policy, facts);
   const { artifacts, hash } = compileWithHash(backend.createCompiler(), {
     ir,
-    facts,
     tableName: options.table,
     versions: { compiler: VERSION, agent: VERSION },
   });

@@ -13,7 +13,7 @@ import {
 } from '../../backends/index.js';
 import { isEgressguardError } from '../../core/index.js';
 import { gatherFacts, resolveUplink } from '../../facts/index.js';
-import { lowerPolicy } from '../../ir/index.js';
+import { lowerForHost } from '../../ir/index.js';
 import { createRunner } from '../../runner/index.js';
 import { EXIT } from '../exit-codes.js';
 import { requirePolicy } from '../load-inputs.js';
@@ -46,7 +46,9 @@ export async function runDoctor(
     uplinkProblem = error.message;
   }
   const steering =
-    policy === undefined || uplink === null ? undefined : buildSteering(lowerPolicy(policy, facts));
+    policy === undefined || uplink === null
+      ? undefined
+      : buildSteering(lowerForHost(policy, facts));
   const context = createDoctorContext({
     table: options.table ?? DEFAULT_TABLE,
     uplink,

@@ -1,59 +1,36 @@
 import { Option, type Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { EgressguardError } from '../../core/index.js';
-import { createHostView, evaluatePacket, lowerPolicy, parsePacket } from '../../ir/index.js';
-import type { Protocol } from '../../policy/index.js';
+import {
+  createHostView,
+  evaluatePacket,
+  lowerForHost,
+  parsePacketArguments,
+  type PacketArguments,
+} from '../../ir/index.js';
 import { EXIT } from '../exit-codes.js';
 import { requireFacts, requirePolicy } from '../load-inputs.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
-export interface ExplainOptions {
-  readonly from: string;
-  readonly to: string;
-  readonly in?: string | undefined;
-  readonly proto?: string | undefined;
-  readonly port?: string | undefined;
+export interface ExplainOptions extends PacketArguments {
   readonly tunnel?: string | undefined;
   readonly facts?: string | undefined;
   readonly json?: boolean | undefined;
 }
 
-const PROTOCOL_NAMES: Record<string, Protocol> = {
-  tcp: 'tcp',
-  udp: 'udp',
-  icmp: 'icmp',
-  icmpv6: 'icmp',
-  gre: 47,
-  esp: 50,
-  ah: 51,
-  sctp: 132,
-};
-
 /** `explain POLICY --from IP --to IP …`: what happens to this packet, and which layer decides. */
 export function runExplain(file: string, options: ExplainOptions, output: Output): number {
-  const { policy } = requirePolicy(file);
-  const facts = requireFacts(file, options.facts);
-  const ir = lowerPolicy(policy, facts);
+  // The packet first: a typo in it is reported before the policy is read.
+  const packet = parsePacketArguments(options);
   const tunnel = options.tunnel ?? 'up';
   if (tunnel !== 'up' && tunnel !== 'down') {
     throw new EgressguardError('usage', `Cannot use --tunnel "${tunnel}"`, {
       hint: 'use up or down',
     });
   }
-  let packet;
-  try {
-    packet = parsePacket({
-      from: options.from,
-      to: options.to,
-      ingress: options.in,
-      protocol: parseProtocol(options.proto),
-      port: parsePort(options.port),
-    });
-  } catch (error) {
-    throw new EgressguardError('usage', (error as Error).message, {
-      hint: 'give addresses like 192.0.2.10 or 2001:db8::10, both of one family',
-    });
-  }
+  const { policy } = requirePolicy(file);
+  const facts = requireFacts(file, options.facts);
+  const ir = lowerForHost(policy, facts);
   const result = evaluatePacket(ir, createHostView(facts), packet, { tunnel });
   const filterLayer = facts.os === 'darwin' ? 'pf' : 'nftables';
   const layers = result.layers.map((l) => (l === 'filter' ? filterLayer : l));
@@ -94,30 +71,6 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
   return EXIT.ok;
 }
 
-function parseProtocol(text: string | undefined): Protocol | undefined {
-  if (text === undefined) return undefined;
-  const named = PROTOCOL_NAMES[text.toLowerCase()];
-  if (named !== undefined) return named;
-  if (/^\d{1,3}$/.test(text) && Number(text) <= 255) {
-    const n = Number(text);
-    return n === 6 ? 'tcp' : n === 17 ? 'udp' : n;
-  }
-  throw new EgressguardError('usage', `Cannot use protocol "${text}"`, {
-    hint: 'use tcp, udp, icmp, gre, esp, ah, sctp or a number from 0 to 255',
-  });
-}
-
-function parsePort(text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  const n = Number(text);
-  if (!/^\d+$/.test(text) || n < 1 || n > 65535) {
-    throw new EgressguardError('usage', `Cannot use port "${text}"`, {
-      hint: 'use a number from 1 to 65535',
-    });
-  }
-  return n;
-}
-
 /** Registers `explain`. */
 export function registerExplain(program: Command, ctx: CommandContext): void {
   program
@@ -130,7 +83,12 @@ export function registerExplain(program: Command, ctx: CommandContext): void {
     .requiredOption('--to <ip>', 'destination address')
     .option('--in <iface>', 'ingress interface (default: found from the source)')
     .option('--proto <proto>', 'tcp, udp, icmp, gre, esp, ah, sctp or a number', 'tcp')
-    .option('--port <n>', 'destination port')
+    .option('--port <n>', 'destination port (tcp, udp and sctp)')
+    .option('--icmp-type <n>', 'ICMP or ICMPv6 type (default: echo request)')
+    .option(
+      '--fragment <part>',
+      'a fragment: first or non-first (of a datagram that completes), or alone (one that never does)',
+    )
     .addOption(new Option('--tunnel <state>', 'tunnel state').choices(['up', 'down']).default('up'))
     .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
     .option('--json', 'print JSON: class, verdict, rule, via, layers, …')

@@ -1,0 +1,127 @@
+import {
+  AddressSet,
+  EgressguardError,
+  parsePrefix,
+  type Family,
+  type Prefix,
+} from '../core/index.js';
+import { resolveUplink, type HostFacts } from '../facts/index.js';
+import { matchesInterface, type Policy } from '../policy/index.js';
+import { deepFreeze } from './deep-freeze.js';
+import { lowerPolicy } from './lower-policy.js';
+import {
+  type BoundViaIR,
+  type ClassIR,
+  type HostClassIR,
+  type HostIR,
+  type PolicyIR,
+  type TunnelIR,
+} from './nodes.js';
+
+/**
+ * Binds the host-independent IR to one host's facts: resolves the uplink, leaves out the classes
+ * whose host labels this host lacks, finds the connected prefixes tunnel classes reach directly,
+ * and what each tunnel can carry. Throws a `facts` error when the policy cannot hold on this host
+ * (no uplink, a class arriving on the uplink): that host's bundle can never be valid.
+ */
+export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
+  const uplink = resolveUplink(
+    facts,
+    ir.uplink.kind === 'named' ? ir.uplink.interface : 'default-route',
+    ir.tunnels,
+  );
+  const localPrefixes: Prefix[] = [];
+  for (const iface of facts.interfaces) {
+    if (iface.name === uplink || ir.tunnels.includes(iface.name)) continue;
+    for (const address of iface.addresses) {
+      const prefix = parsePrefix(address);
+      // Loopback and link-local never leave the host: no route needed.
+      if (prefix === undefined || isHostScoped(prefix)) continue;
+      localPrefixes.push(prefix);
+    }
+  }
+  const tunnels = ir.tunnels.map((name): TunnelIR => {
+    const iface = facts.interfaces.find((i) => i.name === name);
+    // Absent: the tunnel is down or not created yet; assume it carries both until it says not.
+    const families: Family[] = iface?.ipv6 === false ? [4] : [4, 6];
+    return { kind: 'tunnel', name, families };
+  });
+  const classes = ir.classes
+    .filter((c) => isClassOnHost(c, facts))
+    .map((c) => bindClass(c, { uplink, tunnels, hostname: facts.hostname }));
+  return deepFreeze({
+    kind: 'host-policy',
+    name: ir.name,
+    uplink,
+    tunnels,
+    localPrefixes: AddressSet.fromPrefixes(localPrefixes),
+    reassembly: ir.reassembly,
+    classes,
+  });
+}
+
+function bindClass(
+  c: ClassIR,
+  host: { uplink: string; tunnels: readonly TunnelIR[]; hostname: string },
+): HostClassIR {
+  if (c.selector.kind === 'ingress') {
+    const onUplink = c.selector.interfaces.find((p) => matchesInterface(p, host.uplink));
+    if (onUplink !== undefined) {
+      throw new EgressguardError(
+        'facts',
+        `Cannot carry class "${c.name}" on host "${host.hostname}": its ingress "${onUplink}" matches the uplink "${host.uplink}"`,
+        {
+          hint: 'a class arrives on the interfaces its workloads sit behind (a bridge, a veth prefix); name the uplink in the policy (interfaces.uplink) or change the ingress',
+        },
+      );
+    }
+  }
+  const { via } = c;
+  let bound: BoundViaIR;
+  if (via.kind === 'tunnel') {
+    const families = host.tunnels.find((t) => t.name === via.interface)?.families ?? [4, 6];
+    bound = { kind: 'tunnel', interface: via.interface, families };
+  } else {
+    bound = { kind: 'uplink', interface: host.uplink };
+  }
+  return {
+    kind: 'class',
+    name: c.name,
+    selector: c.selector,
+    via: bound,
+    housekeeping: c.housekeeping,
+    antiSpoofing: c.antiSpoofing,
+    ipv6Block: c.ipv6Block,
+    killSwitch: c.killSwitch,
+    mssClamp: c.mssClamp,
+    nat: c.nat,
+    rules: c.rules,
+    defaultRule: c.defaultRule,
+  };
+}
+
+/** Whether a class applies on this host: every label it asks for is in the host's facts. */
+export function isClassOnHost(cls: Pick<ClassIR, 'hostLabels'>, facts: HostFacts): boolean {
+  return Object.entries(cls.hostLabels).every(([k, v]) => facts.labels[k] === v);
+}
+
+/** Classes this host does not carry because its labels do not match (binding leaves them out). */
+export function classesNotOnHost(
+  ir: PolicyIR,
+  facts: HostFacts,
+): { name: string; labels: Readonly<Record<string, string>> }[] {
+  return ir.classes
+    .filter((c) => !isClassOnHost(c, facts))
+    .map((c) => ({ name: c.name, labels: c.hostLabels }));
+}
+
+function isHostScoped(prefix: Prefix): boolean {
+  if (prefix.family === 4) return (prefix.start as number) >>> 24 === 127;
+  const start = prefix.start as bigint;
+  return start === 1n || start >> 118n === 0x3fan; // ::1, fe80::/10
+}
+
+/** Both steps at once, for one host: the policy lowered, then bound to its facts. */
+export function lowerForHost(policy: Policy, facts: HostFacts): HostIR {
+  return bindHost(lowerPolicy(policy), facts);
+}
