@@ -11,6 +11,11 @@ kind is tcp (a SYN), udp, dns (a UDP query whose name holds the nonce), icmp (ec
 ICMPv6 for an IPv6 destination), gre, esp, sctp (an INIT) or ip (any IP protocol number, given
 as "protocol"). src is optional (default: the source the kernel would pick for dst).
 
+"fragment" sends each datagram in IP fragments ("fragmentSize" bytes of IP payload each, a
+multiple of 8; default 512; the payload is padded to "length" bytes, default three fragments):
+"all" sends every fragment, "non-first" only the fragments after the first (a datagram that can
+never be reassembled). Every fragment carries the nonce: the payload repeats the nonce line.
+
 Writes one JSON object on stdout: {"results": [{"sent": 3, "failed": 0, "error": null}]}, one
 result per packet spec. Every packet is built whole, IP header included, and sent through a raw
 socket (IPPROTO_RAW implies IP_HDRINCL on both families: raw(7), ipv6(7)), so any source address
@@ -38,6 +43,8 @@ IPV6_EXTENSION_HEADERS = {0, 43, 44, 51, 60, 135, 139, 140, 253, 254}
 NONCE = re.compile(r"^[a-z0-9]{8,32}$")
 MAX_PACKETS = 10000
 MAX_DURATION_S = 60.0
+FRAGMENT_MODES = {"all", "non-first"}
+DEFAULT_FRAGMENT_SIZE = 512
 IP_FREEBIND = 15
 IPV6_FREEBIND = 78
 GRE_PROTOCOL_TYPE = 0x88B5  # IEEE 802 local experimental EtherType: never decapsulated
@@ -118,6 +125,16 @@ def parse_spec(index, raw):
             spec["sport"] = parse_int(raw["sport"], f"{where}.sport", 1, 65535)
         if raw.get("dport") is not None or kind != "dns":
             spec["dport"] = parse_int(raw.get("dport"), f"{where}.dport", 1, 65535)
+    spec["fragment"] = raw.get("fragment")
+    if spec["fragment"] is not None:
+        if spec["fragment"] not in FRAGMENT_MODES:
+            raise InvalidInput(f"{where}.fragment {spec['fragment']!r} must be all or non-first")
+        size = parse_int(raw.get("fragmentSize", DEFAULT_FRAGMENT_SIZE), f"{where}.fragmentSize",
+                         64, 1400)
+        if size % 8:
+            raise InvalidInput(f"{where}.fragmentSize {size} must be a multiple of 8")
+        spec["fragmentSize"] = size
+        spec["length"] = parse_int(raw.get("length", 3 * size), f"{where}.length", size + 1, 60000)
     if kind == "ip":
         spec["protocol"] = parse_int(raw.get("protocol"), f"{where}.protocol", 0, 255)
         if dst.version == 6 and spec["protocol"] in IPV6_EXTENSION_HEADERS:
@@ -153,9 +170,9 @@ def send_spec(nonce, spec, sockets):
     for seq in range(spec["count"]):
         if seq > 0 and spec["interval"] > 0:
             time.sleep(spec["interval"])
-        packet = build_packet(nonce, spec, src, seq)
         try:
-            sock.sendto(packet, (str(spec["dst"]), 0))
+            for packet in build_packets(nonce, spec, src, seq):
+                sock.sendto(packet, (str(spec["dst"]), 0))
             sent += 1
         except OSError as e:
             failed += 1
@@ -190,9 +207,50 @@ def raw_socket(src, sockets):
     return sockets[key]
 
 
+def build_packets(nonce, spec, src, seq):
+    """The datagram, whole or as the fragments the spec asks for."""
+    if spec["fragment"] is None:
+        return [build_packet(nonce, spec, src, seq)]
+    l4 = build_l4(nonce, spec, src, seq)
+    size = spec["fragmentSize"]
+    pieces = [l4[at:at + size] for at in range(0, len(l4), size)]
+    # Never 0: with IP_HDRINCL the kernel fills a zero IPv4 id in, anew for each fragment (raw(7)).
+    ident = (os.getpid() * 65536 + seq) % 0xFFFF + 1
+    packets = []
+    for index, piece in enumerate(pieces):
+        if index == 0 and spec["fragment"] == "non-first":
+            continue
+        more = index < len(pieces) - 1
+        packets.append(fragment_header(src, spec["dst"], spec["protocol"], piece, index * size,
+                                       more, ident) + piece)
+    return packets
+
+
+def fragment_header(src, dst, protocol, piece, offset, more, ident):
+    """An IP header for one fragment: offset in bytes (a multiple of 8), MF when more follow."""
+    if src.version == 4:
+        flags = (0x2000 if more else 0) | (offset // 8)
+        header = struct.pack(
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + len(piece), ident, flags, 64, protocol, 0,
+            src.packed, dst.packed,
+        )
+        return header[:10] + struct.pack("!H", checksum(header)) + header[12:]
+    # RFC 8200 §4.5: the Fragment header, next header 44 in the fixed header.
+    fragment = struct.pack("!BBHI", protocol, 0, offset | (1 if more else 0), ident)
+    return struct.pack("!IHBB16s16s", 6 << 28, 8 + len(piece), 44, 64, src.packed,
+                       dst.packed) + fragment
+
+
 def build_packet(nonce, spec, src, seq):
+    return with_ip_header(src, spec["dst"], spec["protocol"], seq, build_l4(nonce, spec, src, seq))
+
+
+def build_l4(nonce, spec, src, seq):
     kind, dst = spec["kind"], spec["dst"]
     payload = f"egressguard {nonce} {kind} {seq}\n".encode()
+    if spec["fragment"] is not None:
+        # The nonce line again and again, so that every fragment carries a whole one.
+        payload = (payload * (spec["length"] // len(payload) + 1))[:spec["length"]]
     sport = spec["sport"] or 40000 + seq % 20000
     if kind == "tcp":
         l4 = tcp_syn(src, dst, sport, spec["dport"], seq, payload)
@@ -210,17 +268,18 @@ def build_packet(nonce, spec, src, seq):
         l4 = sctp_init(sport, spec["dport"], seq, payload)
     else:
         l4 = payload
-    return ip_header(src, dst, spec["protocol"], len(l4), seq) + l4
+    return l4
 
 
-def ip_header(src, dst, protocol, length, seq):
+def with_ip_header(src, dst, protocol, seq, l4):
+    length = len(l4)
     if src.version == 4:
         header = struct.pack(
             "!BBHHHBBH4s4s", 0x45, 0, 20 + length, seq & 0xFFFF, 0, 64, protocol, 0,
             src.packed, dst.packed,
         )
-        return header[:10] + struct.pack("!H", checksum(header)) + header[12:]
-    return struct.pack("!IHBB16s16s", 6 << 28, length, protocol, 64, src.packed, dst.packed)
+        return header[:10] + struct.pack("!H", checksum(header)) + header[12:] + l4
+    return struct.pack("!IHBB16s16s", 6 << 28, length, protocol, 64, src.packed, dst.packed) + l4
 
 
 def pseudo_header(src, dst, protocol, length):

@@ -16,6 +16,8 @@ export interface ObservedPacket {
   readonly length: number;
   /** What followed the nonce (a-z0-9), when a sender appended a tag to tell its probes apart. */
   readonly tag?: string;
+  /** Set on an IP fragment: the first (with the transport header) or a later one. */
+  readonly fragment?: 'first' | 'non-first';
 }
 
 const KIND_OF: Readonly<Record<number, PacketKind>> = {
@@ -34,24 +36,29 @@ export function parsePacket(bytes: Uint8Array): ObservedPacket | undefined {
   const version = bytes.length > 0 ? (bytes[0] ?? 0) >> 4 : 0;
   if (version === 4 && bytes.length >= 20) {
     const headerLength = ((bytes[0] ?? 0) & 0x0f) * 4;
-    const isLaterFragment = (view.getUint16(6) & 0x1fff) !== 0;
+    const flags = view.getUint16(6);
+    const isLaterFragment = (flags & 0x1fff) !== 0;
+    const isFragment = isLaterFragment || (flags & 0x2000) !== 0;
     return describe(bytes, {
       family: 4,
       protocol: bytes[9] ?? 0,
       src: formatIpv4(view.getUint32(12)),
       dst: formatIpv4(view.getUint32(16)),
       l4: isLaterFragment ? undefined : headerLength,
+      fragment: isFragment ? (isLaterFragment ? 'non-first' : 'first') : undefined,
     });
   }
   if (version === 6 && bytes.length >= 40) {
     let protocol = bytes[6] ?? 0;
     let offset: number | undefined = 40;
+    let fragment: 'first' | 'non-first' | undefined;
     while (offset !== undefined && offset + 8 <= bytes.length) {
       if (IPV6_EXTENSIONS.has(protocol)) {
         protocol = bytes[offset] ?? 0;
         offset += ((bytes[offset + 1] ?? 0) + 1) * 8;
       } else if (protocol === 44) {
         const isLaterFragment: boolean = (view.getUint16(offset + 2) & 0xfff8) !== 0;
+        fragment = isLaterFragment ? 'non-first' : 'first';
         protocol = bytes[offset] ?? 0;
         offset = isLaterFragment ? undefined : offset + 8;
       } else {
@@ -64,6 +71,7 @@ export function parsePacket(bytes: Uint8Array): ObservedPacket | undefined {
       src: formatIpv6(readIpv6(view, 8)),
       dst: formatIpv6(readIpv6(view, 24)),
       l4: offset,
+      fragment,
     });
   }
   return undefined;
@@ -71,7 +79,14 @@ export function parsePacket(bytes: Uint8Array): ObservedPacket | undefined {
 
 function describe(
   bytes: Uint8Array,
-  header: { family: Family; protocol: number; src: string; dst: string; l4: number | undefined },
+  header: {
+    family: Family;
+    protocol: number;
+    src: string;
+    dst: string;
+    l4: number | undefined;
+    fragment: 'first' | 'non-first' | undefined;
+  },
 ): ObservedPacket {
   const { family, protocol, src, dst, l4 } = header;
   const hasPorts = (protocol === 6 || protocol === 17 || protocol === 132) && l4 !== undefined;
@@ -86,7 +101,8 @@ function describe(
   const icmp = isIcmp && l4 !== undefined && l4 < bytes.length ? { icmpType: bytes[l4] ?? 0 } : {};
   const isDns = protocol === 17 && ports.dstPort === 53;
   const kind = isIcmp ? 'icmp' : isDns ? 'dns' : (KIND_OF[protocol] ?? 'ip');
-  return { family, kind, protocol, src, dst, ...ports, ...icmp, length: bytes.length };
+  const fragment = header.fragment === undefined ? {} : { fragment: header.fragment };
+  return { family, kind, protocol, src, dst, ...ports, ...icmp, ...fragment, length: bytes.length };
 }
 
 /** Whether a packet is an ICMP error (unreachable, time exceeded…), which quotes another packet. */

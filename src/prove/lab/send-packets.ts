@@ -20,6 +20,15 @@ export interface PacketSpec {
   readonly protocol?: number;
   readonly count?: number;
   readonly intervalMs?: number;
+  /**
+   * Each datagram in IP fragments: `all` of them, or only the `non-first` (a datagram that can
+   * never be reassembled). Every fragment carries the nonce.
+   */
+  readonly fragment?: 'all' | 'non-first';
+  /** Bytes of IP payload per fragment, a multiple of 8; default 512. */
+  readonly fragmentSize?: number;
+  /** The datagram's payload, padded; default three fragments' worth. */
+  readonly length?: number;
 }
 
 /** How many packets of each spec left the sender's socket. */
@@ -143,6 +152,13 @@ function checkBatch(nonce: string, packets: readonly PacketSpec[]): void {
     const interval = p.intervalMs ?? 0;
     if (!isIntegerIn(interval, 0, 10_000)) {
       problems.push(`${where}.intervalMs ${interval} must be an integer from 0 to 10000`);
+    }
+    if (p.fragment !== undefined && p.fragment !== 'all' && p.fragment !== 'non-first') {
+      problems.push(`${where}.fragment "${String(p.fragment)}" must be all or non-first`);
+    }
+    const size = p.fragmentSize ?? 512;
+    if (p.fragment !== undefined && (!isIntegerIn(size, 64, 1400) || size % 8 !== 0)) {
+      problems.push(`${where}.fragmentSize ${size} must be a multiple of 8 from 64 to 1400`);
     }
     total += count;
     durationMs += (count - 1) * interval;
