@@ -1,5 +1,5 @@
 import { AddressSet, createRandom, type Family } from '../core/index.js';
-import type { EvaluationState, Packet, HostIR } from '../ir/index.js';
+import type { EvaluationState, FragmentPart, HostIR, Packet } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
 
 export interface TestPacket {
@@ -10,11 +10,15 @@ export interface TestPacket {
 const V4_MAX = 2 ** 32 - 1;
 const V6_MAX = (1n << 128n) - 1n;
 const PROTOCOLS: readonly Protocol[] = ['tcp', 'udp', 'icmp', 47, 50, 132];
+const FRAGMENT_PARTS: readonly FragmentPart[] = ['first', 'non-first', 'alone'];
+/** The share of packets sent as a fragment: the first, a non-first, or a lone one. */
+const FRAGMENT_SHARE = 0.1;
 
 /**
  * Packets biased to the edges where compilers go wrong: the first and last address of every
- * interval and one outside each, every port-range edge and its neighbours, both families, and
- * GRE/ESP/SCTP besides TCP/UDP/ICMP. Deterministic for a seed.
+ * interval and one outside each, every port-range edge and its neighbours, both families,
+ * GRE/ESP/SCTP besides TCP/UDP/ICMP, and some sent as fragments (a first or non-first fragment
+ * of a datagram that completes, or a lone one). Deterministic for a seed.
  */
 export function generateBoundaryPackets(
   ir: HostIR,
@@ -81,8 +85,17 @@ export function generateBoundaryPackets(
     const ingress = pattern.endsWith('*')
       ? `${pattern.slice(0, -1)}${Math.floor(random() * 4)}`
       : pattern;
+    const fragment = random() < FRAGMENT_SHARE ? pick(FRAGMENT_PARTS) : undefined;
     packets.push({
-      packet: { family, source, destination, ingress, protocol, port },
+      packet: {
+        family,
+        source,
+        destination,
+        ingress,
+        protocol,
+        port,
+        ...(fragment === undefined ? {} : { fragment }),
+      },
       state: { tunnel: random() < 0.5 ? 'up' : 'down' },
     });
   }

@@ -1,6 +1,6 @@
 import type { ConformanceHarness, Observed, TestPacket } from '../backends/index.js';
 import { EgressguardError, formatAddress, parseAddress, type Family } from '../core/index.js';
-import type { EvaluationState } from '../ir/index.js';
+import { REASSEMBLY_ID, type EvaluationState } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
 import type { RunningCommand } from '../runner/index.js';
 import type { Lab } from './lab/create-lab.js';
@@ -110,7 +110,7 @@ export function unsendableReason(tp: TestPacket): string | undefined {
 /**
  * A harness that sends each packet from the lab node behind its ingress interface and reads what
  * our table did from `nft monitor trace`: a test-only table sets `meta nftrace` in prerouting at
- * priority -400 (ours is untouched), marks with empty chains at priority 400 that a packet left
+ * priority -300, after the kernel reassembled fragments (ours is untouched), marks with empty chains at priority 400 that a packet left
  * forward or input accepted, and drops everything the host itself sends (its replies and ICMP
  * errors), so our counters count only probes. Packets of one state are sent in chunks, each
  * awaited in the trace; trace ids are matched to probes by what the evaluator reads (ingress,
@@ -158,16 +158,20 @@ export function createKernelHarness(options: KernelHarnessOptions): KernelHarnes
         trace.reset();
         // Chunks of equal size: a small last one would cost a sender start of its own.
         const size = Math.ceil(indexes.length / Math.ceil(indexes.length / chunkSize));
+        let traced = 0;
         for (let at = 0; at < indexes.length; at += size) {
           const chunk = indexes.slice(at, at + size).map((i) => probes[i] as Probe);
           await sendChunk(lab, options.senderFor, chunk);
-          await trace.waitForProbes(at + chunk.length, TRACE_TIMEOUT_MS);
+          // A fragment whose datagram never completes is held before any hook: nothing to trace.
+          traced += chunk.filter((p) => !p.isLoneFragment).length;
+          await trace.waitForProbes(traced, TRACE_TIMEOUT_MS);
         }
         await sendControl(lab, node, trace, 'close');
         const after = await readCounters(host, table);
         counterDeltas.set(state, subtractCounters(after, before));
         const matched = trace.match(indexes.map((i) => probes[i] as Probe));
         for (const [index, record] of matched.assigned) observed[index] = toObserved(record);
+        for (const index of matched.held) observed[index] = HELD_FOR_REASSEMBLY;
         strays.push(...matched.strays.map((r) => r.lines[0] ?? ''));
         if (matched.missing.length > 0) {
           const sample = matched.missing.slice(0, 5).map((i) => probes[i]?.key ?? '');
@@ -210,8 +214,21 @@ export function createKernelHarness(options: KernelHarnessOptions): KernelHarnes
   };
 }
 
+/** What a lone fragment gets when no hook saw it: the kernel held it for reassembly. */
+const HELD_FOR_REASSEMBLY: KernelObserved = {
+  verdict: 'deny',
+  decidedBy: REASSEMBLY_ID,
+  hook: null,
+  oif: null,
+  passed: false,
+  vanished: false,
+  trace: [],
+};
+
 interface Probe {
   readonly index: number;
+  /** Sent as non-first fragments only: no hook may see it (the kernel holds it). */
+  readonly isLoneFragment: boolean;
   readonly state: EvaluationState;
   readonly ingress: string;
   readonly key: string;
@@ -225,15 +242,22 @@ function toProbe(tp: TestPacket, index: number): Probe {
   const isPorted = kind === 'tcp' || kind === 'udp' || kind === 'sctp';
   // A source port of its own per probe: more probes tell apart in the trace.
   const sport = isPorted ? FIRST_SPORT + (index % 50_000) : undefined;
+  const isLoneFragment = packet.fragment === 'alone';
   const spec: PacketSpec = {
     kind,
     src: formatAddress(packet.family, packet.source),
     dst: formatAddress(packet.family, packet.destination),
     ...(sport === undefined || packet.port === undefined ? {} : { sport, dport: packet.port }),
     ...(kind === 'ip' ? { protocol: Number(packet.protocol) } : {}),
+    // A first or non-first fragment of a datagram that completes: the whole datagram goes in
+    // fragments, and the trace sees it reassembled. A lone one: only the later fragments.
+    ...(packet.fragment === undefined
+      ? {}
+      : { fragment: isLoneFragment ? ('non-first' as const) : ('all' as const) }),
   };
   return {
     index,
+    isLoneFragment,
     state: tp.state,
     ingress,
     spec,
@@ -243,8 +267,9 @@ function toProbe(tp: TestPacket, index: number): Probe {
       source: packet.source,
       destination: packet.destination,
       protocol: protocolNumber(packet.protocol, packet.family),
-      sport,
-      dport: isPorted ? packet.port : undefined,
+      // Were a lone fragment traced, it would show without ports: no transport header.
+      sport: isLoneFragment ? undefined : sport,
+      dport: isPorted && !isLoneFragment ? packet.port : undefined,
     }),
   };
 }
@@ -368,7 +393,9 @@ async function installTraceTable(
     `delete table inet ${TRACE_TABLE}`,
     `table inet ${TRACE_TABLE} {`,
     '\tchain pre {',
-    '\t\ttype filter hook prerouting priority -400; policy accept;',
+    // -300: after the kernel's reassembly (-400, NF_IP_PRI_CONNTRACK_DEFRAG), so a fragmented
+    // datagram is traced once, whole, as our hooks see it.
+    '\t\ttype filter hook prerouting priority -300; policy accept;',
     `\t\tiifname { ${names} } meta nftrace set 1`,
     '\t}',
     '\tchain fwd_late {',
@@ -485,23 +512,40 @@ class TraceReader {
     }
   }
 
-  /** Pairs traced packets with probes of the same key; the rest are strays or missing. */
+  /**
+   * Pairs traced packets with probes of the same key, lone fragments last (no hook should see
+   * them: a record left over for one is a fragment that went through unassembled); the rest are
+   * strays, or missing. Lone fragments no record pairs with were held, as they should be.
+   */
   match(probes: readonly Probe[]): {
     assigned: [number, TraceRecord][];
+    held: number[];
     strays: TraceRecord[];
     missing: number[];
   } {
-    const waiting = new Map<string, number[]>();
-    for (const probe of probes)
-      waiting.set(probe.key, [...(waiting.get(probe.key) ?? []), probe.index]);
+    const queue = (list: readonly Probe[]): Map<string, number[]> => {
+      const waiting = new Map<string, number[]>();
+      for (const probe of list)
+        waiting.set(probe.key, [...(waiting.get(probe.key) ?? []), probe.index]);
+      return waiting;
+    };
+    const waiting = queue(probes.filter((p) => !p.isLoneFragment));
+    const lone = queue(probes.filter((p) => p.isLoneFragment));
     const assigned: [number, TraceRecord][] = [];
     const strays: TraceRecord[] = [];
     for (const record of this.records) {
-      const index = record.key === undefined ? undefined : waiting.get(record.key)?.shift();
+      const key = record.key;
+      const index =
+        key === undefined ? undefined : (waiting.get(key)?.shift() ?? lone.get(key)?.shift());
       if (index === undefined) strays.push(record);
       else assigned.push([index, record]);
     }
-    return { assigned, strays, missing: [...waiting.values()].flat() };
+    return {
+      assigned,
+      held: [...lone.values()].flat(),
+      strays,
+      missing: [...waiting.values()].flat(),
+    };
   }
 
   private push(line: string): void {
