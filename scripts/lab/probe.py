@@ -11,6 +11,8 @@ Runs every probe at once, each two ways:
     (scripts/lab/echo.py names itself), and as which source address did the probe arrive;
   - `count` raw packets of the same kind built by sender.py, carrying the nonce and tag, for the
     packet counters on the far sides.
+A probe with "fragment": "all" sends its datagrams in fragments (the client's too, UDP and ICMP);
+with "non-first" only the raw datagrams' non-first fragments (give "client": false).
 Writes {"results": [{"tag", "client": {"outcome", "node", "seen", "error", "ms"},
 "raw": {"sent", "failed", "error"}}]}; outcome is answered, refused, unreachable, timeout, error
 or none (no client for that kind).
@@ -39,6 +41,8 @@ import sender  # noqa: E402  (scripts/lab/sender.py: packet building and raw soc
 
 IP_FREEBIND = 15
 IPV6_FREEBIND = 78
+IPV6_MTU = 24
+FRAGMENT_SEND_LOCK = threading.Lock()
 MAX_STREAM_MS = 120000
 
 
@@ -89,6 +93,8 @@ def run_probes(request):
 def send_raw(nonce, probe):
     raw = {"kind": probe["kind"], "dst": probe["dst"], "src": probe["src"],
            "count": probe["count"]}
+    if probe.get("fragment") is not None:
+        raw["fragment"] = probe["fragment"]
     if probe["kind"] in ("tcp", "udp", "sctp"):
         raw["dport"] = probe["port"]
     if probe["kind"] == "ip":
@@ -102,9 +108,14 @@ def send_raw(nonce, probe):
         src = spec["src"]
         sock = sender.raw_socket(src, sockets)
         for seq in range(spec["count"]):
-            packet = sender.build_packet(nonce, dict(spec, sport=base + seq), src, seq)
+            packets = sender.build_packets(nonce, dict(spec, sport=base + seq), src, seq)
             try:
-                sock.sendto(packet, (str(spec["dst"]), 0))
+                # A datagram's fragments back to back: the kernel drops a reassembly queue once
+                # 64 other fragments from the same source came between two of its own
+                # (net.ipv4.ipfrag_max_dist), and the probes' threads share their sources.
+                with FRAGMENT_SEND_LOCK:
+                    for packet in packets:
+                        sock.sendto(packet, (str(spec["dst"]), 0))
                 sent += 1
             except OSError as e:
                 failed += 1
@@ -183,10 +194,17 @@ def tcp_client(token, probe, timeout):
 
 
 def udp_client(token, probe, timeout):
+    request = f"egressguard {token} udp\n".encode()
     with bound_socket(probe["src"], socket.SOCK_DGRAM) as sock:
+        if probe.get("fragment") == "all":
+            # A datagram twice the link's MTU: the kernel sends it in fragments. IPv6 routers
+            # never fragment (RFC 8200 §5): keep its fragments within the minimum link MTU.
+            request += b"." * 3000
+            if family_of(probe["src"]) == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU, 1280)
         sock.settimeout(timeout)
         sock.connect((probe["dst"], probe["port"]))
-        sock.send(f"egressguard {token} udp\n".encode())
+        sock.send(request)
         return answered(sock.recv(2048))
 
 
@@ -217,8 +235,12 @@ def icmp_client(token, probe, timeout):
     v6 = family_of(dst) == socket.AF_INET6
     ident = int.from_bytes(os.urandom(2), "big")
     payload = f"egressguard {token} icmp\n".encode()
+    if probe.get("fragment") == "all":
+        payload += b"." * 3000  # sent in fragments, as udp_client's
     proto = socket.IPPROTO_ICMPV6 if v6 else socket.IPPROTO_ICMP
     with bound_socket(src, socket.SOCK_RAW, proto) as sock:
+        if v6 and probe.get("fragment") == "all":
+            sock.setsockopt(socket.IPPROTO_IPV6, IPV6_MTU, 1280)
         if v6:  # the kernel computes the ICMPv6 checksum (RFC 3542 §3.1)
             message = struct.pack("!BBHHH", 128, 0, 0, ident, 1) + payload
         else:
@@ -231,7 +253,7 @@ def icmp_client(token, probe, timeout):
             if remaining <= 0:
                 raise socket.timeout()
             sock.settimeout(remaining)
-            data, peer = sock.recvfrom(4096)
+            data, peer = sock.recvfrom(8192)
             body = data if v6 else data[(data[0] & 0x0F) * 4:]
             if len(body) < 8:
                 continue

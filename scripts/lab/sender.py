@@ -27,12 +27,14 @@ input.
 """
 
 import ipaddress
+import itertools
 import json
 import os
 import re
 import socket
 import struct
 import sys
+import threading
 import time
 
 KINDS = {"tcp", "udp", "dns", "icmp", "gre", "esp", "sctp", "ip"}
@@ -214,8 +216,7 @@ def build_packets(nonce, spec, src, seq):
     l4 = build_l4(nonce, spec, src, seq)
     size = spec["fragmentSize"]
     pieces = [l4[at:at + size] for at in range(0, len(l4), size)]
-    # Never 0: with IP_HDRINCL the kernel fills a zero IPv4 id in, anew for each fragment (raw(7)).
-    ident = (os.getpid() * 65536 + seq) % 0xFFFF + 1
+    ident = next_fragment_id(lone=spec["fragment"] == "non-first")
     packets = []
     for index, piece in enumerate(pieces):
         if index == 0 and spec["fragment"] == "non-first":
@@ -224,6 +225,21 @@ def build_packets(nonce, spec, src, seq):
         packets.append(fragment_header(src, spec["dst"], spec["protocol"], piece, index * size,
                                        more, ident) + piece)
     return packets
+
+
+_fragment_ids = itertools.count(int.from_bytes(os.urandom(2), "big"))
+_fragment_ids_lock = threading.Lock()
+
+
+def next_fragment_id(lone):
+    """A fragment id no other datagram of this process uses (the kernel reassembles by source,
+    destination, protocol and id): sequential from a random start, never 0 (with IP_HDRINCL the
+    kernel fills a zero IPv4 id in, anew for each fragment: raw(7)). Lone fragments take the
+    upper half of the ids and whole datagrams the lower, so that no lone fragment, not even one
+    still held from an earlier run, can ever complete another datagram's first fragment."""
+    with _fragment_ids_lock:
+        n = next(_fragment_ids)
+    return 0x8000 + n % 0x7FFF if lone else 1 + n % 0x7FFF
 
 
 def fragment_header(src, dst, protocol, piece, offset, more, ident):

@@ -6,9 +6,31 @@ describe('expandProbes', () => {
 
   it('measures each policy probe as TCP, UDP and ICMP in both tunnel states', () => {
     expect(skipped).toEqual([]);
-    expect(probes).toHaveLength(24);
-    expect(new Set(probes.map((p) => p.kind))).toEqual(new Set(['tcp', 'udp', 'icmp']));
-    expect(probes.filter((p) => p.state === 'up')).toHaveLength(12);
+    const whole = probes.filter((p) => p.fragments === undefined);
+    expect(whole).toHaveLength(24);
+    expect(new Set(whole.map((p) => p.kind))).toEqual(new Set(['tcp', 'udp', 'icmp']));
+    expect(whole.filter((p) => p.state === 'up')).toHaveLength(12);
+  });
+
+  // Issue 8, §1: fragments are judged like their datagram; a lone fragment is held.
+  it('measures UDP and ICMP in fragments too: whole datagrams, and lone non-first fragments', () => {
+    const fragmented = probes.filter((p) => p.fragments !== undefined);
+    expect(fragmented).toHaveLength(32);
+    const inFragments = probes.find(
+      (p) => p.key === '10.10.0.5 > 203.0.113.7 udp/443 in fragments (tunnel down)',
+    );
+    expect(inFragments?.expect.decidedBy).toEqual({ kind: 'kill-switch', id: 'vpn/kill-switch' });
+    const upInFragments = probes.find(
+      (p) => p.key === '10.10.0.5 > 203.0.113.7 udp/443 in fragments (tunnel up)',
+    );
+    expect(upInFragments?.expect).toMatchObject({ verdict: 'allow', via: 'tun0' });
+    const alone = probes.find(
+      (p) => p.key === '10.10.0.5 > 203.0.113.7 icmp lone fragments (tunnel up)',
+    );
+    expect(alone?.expect).toMatchObject({
+      verdict: 'deny',
+      decidedBy: { kind: 'reassembly', id: 'egressguard/reassembly' },
+    });
   });
 
   it('keeps the policy’s own expectation for the probes it states', () => {

@@ -16,6 +16,13 @@ export type ProbeKind = 'tcp' | 'udp' | 'dns' | 'icmp' | 'gre' | 'esp' | 'sctp' 
 /** A tunnel state, as probes and the reference evaluator name it. */
 export type TunnelState = 'up' | 'down';
 
+/**
+ * A probe sent in IP fragments: `datagram`, each datagram's every fragment (judged like the
+ * datagram: its first and its non-first fragments must arrive, or none may); `alone`, only the
+ * non-first fragments (a datagram that never completes: none may arrive).
+ */
+export type LabFragments = 'datagram' | 'alone';
+
 /** Where a lab probe comes from: a probe of the policy (its requirement and index). */
 export interface ProbeOrigin {
   readonly requirement: string;
@@ -58,6 +65,8 @@ export interface LabProbe {
   /** Whether the class leaves by a tunnel (its probes are the kill switch's business). */
   readonly viaTunnel: boolean;
   readonly state: TunnelState;
+  /** Sent in fragments; absent: whole. */
+  readonly fragments?: LabFragments | undefined;
   readonly expect: ProbeExpectation;
 }
 
@@ -81,8 +90,9 @@ const NAMED_KINDS: Readonly<Record<number, ProbeKind>> = { 47: 'gre', 50: 'esp',
 
 /**
  * Every lab probe of a policy: each probe as stated, plus derived variants (the other tunnel
- * state; UDP and ICMP for a TCP probe and so on) whose expectation the reference evaluator gives,
- * so a kill switch is measured for more than the one protocol a policy happened to write down.
+ * state; UDP and ICMP for a TCP probe and so on; UDP and ICMP in fragments, whole datagrams and
+ * lone non-first fragments) whose expectation the reference evaluator gives, so a kill switch is
+ * measured for more than the one protocol and shape a policy happened to write down.
  */
 export function expandProbes(
   policy: Policy,
@@ -97,7 +107,7 @@ export function expandProbes(
     requirement.probes.forEach((probe, index) => {
       const origin = { requirement: requirement.id, index };
       for (const state of ['up', 'down'] as const) {
-        for (const protocol of variantsOf(probe.proto, probe.port)) {
+        for (const { protocol, fragments } of variantsOf(probe.proto, probe.port)) {
           const packetClass = ir.classes.find(
             (c) =>
               c.name ===
@@ -111,15 +121,23 @@ export function expandProbes(
           // A class that leaves by the uplink ignores the tunnel: its probe holds in both states.
           const stated =
             protocol === probe.proto &&
+            fragments === undefined &&
             (state === probe.tunnel || packetClass?.via.kind !== 'tunnel');
           const port = protocol === 'icmp' ? undefined : probe.port;
-          const packet = toPacket({
+          const whole = toPacket({
             from: probe.from,
             to: probe.to,
             ingress: probe.in,
             protocol,
             port,
           });
+          const packet =
+            fragments === undefined
+              ? whole
+              : {
+                  ...whole,
+                  fragment: fragments === 'alone' ? ('alone' as const) : ('non-first' as const),
+                };
           const explanation = evaluatePacket(ir, host, packet, { tunnel: state });
           const cls = ir.classes.find((c) => c.name === explanation.class);
           if (cls === undefined) {
@@ -151,8 +169,14 @@ export function expandProbes(
                 stated: true,
               }
             : evaluatorExpectation(explanation);
-          const kind = kindOf(protocol, port);
-          const key = probeKey({ ...probe, kind, port, state });
+          // A DNS query is never fragmented: fragments go as plain UDP to the same port.
+          const kind =
+            fragments === undefined
+              ? kindOf(protocol, port)
+              : protocol === 'udp'
+                ? 'udp'
+                : kindOf(protocol, port);
+          const key = probeKey({ ...probe, kind, port, state, fragments });
           const known = byKey.get(key);
           if (known !== undefined) {
             byKey.set(key, {
@@ -182,6 +206,7 @@ export function expandProbes(
             className: cls.name,
             viaTunnel: cls.via.kind === 'tunnel',
             state,
+            ...(fragments === undefined ? {} : { fragments }),
             expect,
           });
         }
@@ -239,8 +264,15 @@ function probeKey(probe: {
   readonly port: number | undefined;
   readonly in: string | undefined;
   readonly state: TunnelState;
+  readonly fragments?: LabFragments | undefined;
 }): string {
-  return `${probe.from} > ${probe.to} ${probe.kind}${probe.port === undefined ? '' : `/${probe.port}`}${probe.in === undefined ? '' : ` in ${probe.in}`} (tunnel ${probe.state})`;
+  const shape =
+    probe.fragments === undefined
+      ? ''
+      : probe.fragments === 'datagram'
+        ? ' in fragments'
+        : ' lone fragments';
+  return `${probe.from} > ${probe.to} ${probe.kind}${probe.port === undefined ? '' : `/${probe.port}`}${shape}${probe.in === undefined ? '' : ` in ${probe.in}`} (tunnel ${probe.state})`;
 }
 
 /** What the reference evaluator says of a packet, as the expectation of a probe it derived. */
@@ -255,14 +287,27 @@ function evaluatorExpectation(explanation: ReturnType<typeof evaluatePacket>): P
   };
 }
 
-/** The protocols a probe is measured with: its own, and for TCP, UDP and ICMP the other two. */
-function variantsOf(protocol: Protocol, port: number | undefined): Protocol[] {
-  if (typeof protocol === 'number') return [protocol];
-  const all: Protocol[] = [protocol];
+/**
+ * The shapes a probe is measured in: its own protocol; for TCP, UDP and ICMP the other two; and
+ * UDP and ICMP in fragments (whole datagrams, and lone non-first fragments).
+ */
+function variantsOf(
+  protocol: Protocol,
+  port: number | undefined,
+): { protocol: Protocol; fragments?: LabFragments }[] {
+  if (typeof protocol === 'number') return [{ protocol }];
+  const all: { protocol: Protocol; fragments?: LabFragments }[] = [{ protocol }];
   for (const other of ['tcp', 'udp', 'icmp'] as const) {
     if (other === protocol) continue;
     if (other !== 'icmp' && port === undefined) continue; // a port is needed and none is known
-    all.push(other);
+    all.push({ protocol: other });
+  }
+  for (const fragmented of ['udp', 'icmp'] as const) {
+    if (fragmented === 'udp' && port === undefined) continue;
+    all.push(
+      { protocol: fragmented, fragments: 'datagram' },
+      { protocol: fragmented, fragments: 'alone' },
+    );
   }
   return all;
 }

@@ -68,10 +68,12 @@ export function judgePhase(
   sides: readonly SideObservation[],
   plan: ProofLab,
 ): ProbeJudgement[] {
-  // A counter shared by several probes must have moved by at least all their raw packets.
+  // A counter shared by several probes must have moved by at least all their raw packets; the
+  // kernel's reassembly queue by at least one fragment per lone IPv4 datagram.
   const need = new Map<string, number>();
   for (const run of phase.runs) {
-    const id = run.probe.expect.decidedBy.id;
+    const decided = run.probe.expect.decidedBy;
+    const id = decided.kind === 'reassembly' ? reassemblyKey(run.probe.family) : decided.id;
     if (id === null || DENYING_ROUTES.has(run.route.type)) continue;
     need.set(id, (need.get(id) ?? 0) + run.raw.sent);
   }
@@ -176,7 +178,10 @@ function judgeProbe(input: {
     };
   } else {
     const at = counts.find((c) => c.node === expectedSide.node);
-    const arrived = at?.raw ?? 0;
+    const side = sides.find((s) => s.side.node === expectedSide.node);
+    const tail = probe.fragments === 'datagram' ? fragmentsOf(side, run.tag) : undefined;
+    // A datagram in fragments arrived when its first fragment did, and its tail with it.
+    const arrived = tail === undefined ? (at?.raw ?? 0) : Math.min(tail.first, tail.later);
     const elsewhere = counts.filter((c) => c.node !== expectedSide.node);
     const astray = elsewhere.reduce((sum, c) => sum + c.raw + c.client, 0);
     lost = run.raw.sent - arrived;
@@ -185,7 +190,7 @@ function judgeProbe(input: {
       oracle: 'packets',
       verdict: arrived > 0 || astray > 0 ? 'allow' : 'deny',
       agrees: arrived === run.raw.sent && astray === 0,
-      detail: `${arrived} of ${run.raw.sent} nonce'd packets beyond the ${expectedSide.role} (${expectedSide.node})${
+      detail: `${arrived} of ${run.raw.sent} nonce'd ${tail === undefined ? 'packets' : `datagrams (${tail.first} first and ${tail.later} later fragments)`} beyond the ${expectedSide.role} (${expectedSide.node})${
         astray > 0
           ? `; ${astray} astray: ${elsewhere
               .filter((c) => c.raw + c.client > 0)
@@ -305,6 +310,63 @@ function judgeClient(
   }
 }
 
+/** The first and later fragments carrying a probe's tag that a far side saw. */
+function fragmentsOf(
+  side: SideObservation | undefined,
+  tag: string,
+): { first: number; later: number } {
+  const own = side?.packets.filter((p) => p.tag === tag) ?? [];
+  return {
+    first: own.filter((p) => p.fragment === 'first').length,
+    later: own.filter((p) => p.fragment === 'non-first').length,
+  };
+}
+
+/** The `need` key of the kernel's reassembly queue, which only IPv4 counts. */
+function reassemblyKey(family: 4 | 6): string | null {
+  return family === 4 ? ' reassembly4' : null;
+}
+
+/**
+ * A lone fragment is held by the kernel's reassembly, which our table switches on: no counter of
+ * ours moves. For IPv4 the kernel counts what it queued; for IPv6 it counts nothing, and the
+ * other two oracles decide.
+ */
+function judgeHeld(
+  run: ProbeRun,
+  phase: PhaseRun,
+  need: ReadonlyMap<string, number>,
+): { verdict: OracleVerdict; acted: string[] } {
+  const acted: string[] = [];
+  if (DENYING_ROUTES.has(run.route.type)) acted.push('routing');
+  if (run.probe.family === 6) {
+    return {
+      acted,
+      verdict: {
+        oracle: 'enforcer',
+        verdict: 'unknown',
+        agrees: true,
+        detail: `held for reassembly: the kernel keeps no count of the IPv6 fragments conntrack holds, so the other two oracles decide (route ${run.route.type})`,
+      },
+    };
+  }
+  const queued = phase.reassembled4;
+  const needed = need.get(' reassembly4') ?? 0;
+  if (queued !== null && phase.counters.present && queued >= Math.max(needed, 1)) {
+    acted.push('nftables');
+  }
+  const layer = phase.spec.expectLayer;
+  return {
+    acted,
+    verdict: {
+      oracle: 'enforcer',
+      verdict: acted.length > 0 ? 'deny' : 'allow',
+      agrees: layer === undefined ? acted.length > 0 : acted.includes(layer),
+      detail: `${acted.length > 0 ? `held by ${acted.join(' + ')}` : 'nothing of ours held it'}: the kernel queued ${queued ?? '?'} IPv4 fragments for reassembly (≥ ${needed} needed)${phase.counters.present ? '' : ', our table is absent'}`,
+    },
+  };
+}
+
 function judgeEnforcer(
   run: ProbeRun,
   phase: PhaseRun,
@@ -312,6 +374,7 @@ function judgeEnforcer(
   expectedIface: string | null,
 ): { verdict: OracleVerdict; acted: string[] } {
   const expect = run.probe.expect;
+  if (expect.decidedBy.kind === 'reassembly') return judgeHeld(run, phase, need);
   const id = expect.decidedBy.id;
   const moved = id === null ? undefined : phase.counters.delta[id];
   const needed = id === null ? 0 : (need.get(id) ?? 0);

@@ -153,8 +153,8 @@ function checkBatch(nonce: string, packets: readonly PacketSpec[]): void {
     if (!isIntegerIn(interval, 0, 10_000)) {
       problems.push(`${where}.intervalMs ${interval} must be an integer from 0 to 10000`);
     }
-    if (p.fragment !== undefined && p.fragment !== 'all' && p.fragment !== 'non-first') {
-      problems.push(`${where}.fragment "${String(p.fragment)}" must be all or non-first`);
+    if (p.fragment !== undefined && !['all', 'non-first'].includes(p.fragment)) {
+      problems.push(`${where}.fragment "${p.fragment}" must be all or non-first`);
     }
     const size = p.fragmentSize ?? 512;
     if (p.fragment !== undefined && (!isIntegerIn(size, 64, 1400) || size % 8 !== 0)) {
