@@ -11,6 +11,11 @@ kind is tcp (a SYN), udp, dns (a UDP query whose name holds the nonce), icmp (ec
 ICMPv6 for an IPv6 destination), gre, esp, sctp (an INIT) or ip (any IP protocol number, given
 as "protocol"). src is optional (default: the source the kernel would pick for dst).
 
+"link" names the interface to send by: it allows link-local and multicast IPv6 addresses (sent
+with that interface's scope). "icmpType" makes an icmp packet of that type (ICMPv6 router and
+neighbour solicitations and advertisements carry the fields RFC 4861 gives them and hop limit 255;
+any other type the echo layout); "hopLimit" sets the hop limit or TTL (default 64).
+
 "fragment" sends each datagram in IP fragments ("fragmentSize" bytes of IP payload each, a
 multiple of 8; default 512; the payload is padded to "length" bytes, default three fragments):
 "all" sends every fragment, "non-first" only the fragments after the first (a datagram that can
@@ -38,6 +43,7 @@ import threading
 import time
 
 KINDS = {"tcp", "udp", "dns", "icmp", "gre", "esp", "sctp", "ip"}
+ND_TYPES = {133, 134, 135, 136, 137}
 PORTED = {"tcp", "udp", "sctp"}
 FIXED_PROTOCOL = {"tcp": 6, "udp": 17, "dns": 17, "gre": 47, "esp": 50, "sctp": 132}
 # IPv6 extension headers: a payload after one of these would be parsed as that header.
@@ -108,8 +114,11 @@ def parse_spec(index, raw):
     kind = raw.get("kind")
     if kind not in KINDS:
         raise InvalidInput(f"{where}.kind {kind!r} must be one of {', '.join(sorted(KINDS))}")
-    dst = parse_address(raw.get("dst"), f"{where}.dst")
-    src = None if raw.get("src") is None else parse_address(raw.get("src"), f"{where}.src")
+    link = raw.get("link")
+    if link is not None and (not isinstance(link, str) or not re.match(r"^[A-Za-z0-9_.-]{1,15}$", link)):
+        raise InvalidInput(f"{where}.link {link!r} must be an interface name")
+    dst = parse_address(raw.get("dst"), f"{where}.dst", link)
+    src = None if raw.get("src") is None else parse_address(raw.get("src"), f"{where}.src", link)
     if src is not None and src.version != dst.version:
         raise InvalidInput(f"{where}: src {src} and dst {dst} are of different families")
     spec = {
@@ -121,7 +130,16 @@ def parse_spec(index, raw):
         "sport": None,
         "dport": 53 if kind == "dns" else None,
         "protocol": FIXED_PROTOCOL.get(kind, 1 if dst.version == 4 else 58),
+        "link": link,
+        "icmpType": None,
+        "hopLimit": parse_int(raw.get("hopLimit", 64), f"{where}.hopLimit", 1, 255),
     }
+    if raw.get("icmpType") is not None:
+        if kind != "icmp":
+            raise InvalidInput(f"{where}.icmpType needs kind icmp")
+        spec["icmpType"] = parse_int(raw["icmpType"], f"{where}.icmpType", 0, 255)
+        if dst.version == 6 and spec["icmpType"] in ND_TYPES and raw.get("hopLimit") is None:
+            spec["hopLimit"] = 255  # RFC 4861: a receiver drops ND with any other hop limit
     if kind in PORTED or kind == "dns":
         if raw.get("sport") is not None:
             spec["sport"] = parse_int(raw["sport"], f"{where}.sport", 1, 65535)
@@ -144,15 +162,20 @@ def parse_spec(index, raw):
     return spec
 
 
-def parse_address(value, where):
+def parse_address(value, where, link=None):
     if not isinstance(value, str):
         raise InvalidInput(f"{where} must be an IP address string")
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
         raise InvalidInput(f"{where} {value!r} is not an IP address") from None
-    if address.is_link_local or address.is_multicast or address.is_unspecified:
-        raise InvalidInput(f"{where} {value!r} must be a unicast address with global scope")
+    if address.is_unspecified:
+        raise InvalidInput(f"{where} {value!r} must not be unspecified")
+    if link is None and (address.is_link_local or address.is_multicast):
+        raise InvalidInput(
+            f"{where} {value!r} is link-local or multicast: give the interface to send by (link)")
+    if link is not None and address.version == 4 and (address.is_link_local or address.is_multicast):
+        raise InvalidInput(f"{where} {value!r}: link-scoped sending is for IPv6 only")
     return address
 
 
@@ -166,15 +189,17 @@ def send_spec(nonce, spec, sockets):
     sent, failed, error = 0, 0, None
     try:
         src = spec["src"] or pick_source(spec["dst"])
-        sock = raw_socket(src, sockets)
+        scope = 0 if spec["link"] is None else socket.if_nametoindex(spec["link"])
+        sock = raw_socket(src, sockets, scope)
     except OSError as e:
         return {"sent": 0, "failed": spec["count"], "error": describe(e)}
+    address = (str(spec["dst"]), 0) if scope == 0 else (str(spec["dst"]), 0, 0, scope)
     for seq in range(spec["count"]):
         if seq > 0 and spec["interval"] > 0:
             time.sleep(spec["interval"])
         try:
             for packet in build_packets(nonce, spec, src, seq):
-                sock.sendto(packet, (str(spec["dst"]), 0))
+                sock.sendto(packet, address)
             sent += 1
         except OSError as e:
             failed += 1
@@ -194,17 +219,17 @@ def pick_source(dst):
         return ipaddress.ip_address(probe.getsockname()[0])
 
 
-def raw_socket(src, sockets):
-    key = str(src)
+def raw_socket(src, sockets, scope=0):
+    key = f"{src}%{scope}"
     if key not in sockets:
         if src.version == 4:
             sock = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
             sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
-            sock.bind((key, 0))
+            sock.bind((str(src), 0))
         else:
             sock = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_RAW)
             sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FREEBIND, 1)
-            sock.bind((key, 0, 0, 0))
+            sock.bind((str(src), 0, 0, scope))
         sockets[key] = sock
     return sockets[key]
 
@@ -258,7 +283,8 @@ def fragment_header(src, dst, protocol, piece, offset, more, ident):
 
 
 def build_packet(nonce, spec, src, seq):
-    return with_ip_header(src, spec["dst"], spec["protocol"], seq, build_l4(nonce, spec, src, seq))
+    return with_ip_header(src, spec["dst"], spec["protocol"], seq, build_l4(nonce, spec, src, seq),
+                          spec["hopLimit"])
 
 
 def build_l4(nonce, spec, src, seq):
@@ -275,7 +301,7 @@ def build_l4(nonce, spec, src, seq):
     elif kind == "dns":
         l4 = udp(src, dst, sport, spec["dport"], dns_query(nonce, seq))
     elif kind == "icmp":
-        l4 = icmp_echo(src, dst, seq, payload)
+        l4 = icmp_message(src, dst, seq, payload, spec["icmpType"])
     elif kind == "gre":
         l4 = struct.pack("!HH", 0, GRE_PROTOCOL_TYPE) + payload
     elif kind == "esp":
@@ -287,15 +313,16 @@ def build_l4(nonce, spec, src, seq):
     return l4
 
 
-def with_ip_header(src, dst, protocol, seq, l4):
+def with_ip_header(src, dst, protocol, seq, l4, hop_limit=64):
     length = len(l4)
     if src.version == 4:
         header = struct.pack(
-            "!BBHHHBBH4s4s", 0x45, 0, 20 + length, seq & 0xFFFF, 0, 64, protocol, 0,
+            "!BBHHHBBH4s4s", 0x45, 0, 20 + length, seq & 0xFFFF, 0, hop_limit, protocol, 0,
             src.packed, dst.packed,
         )
         return header[:10] + struct.pack("!H", checksum(header)) + header[12:] + l4
-    return struct.pack("!IHBB16s16s", 6 << 28, length, protocol, 64, src.packed, dst.packed) + l4
+    return struct.pack("!IHBB16s16s", 6 << 28, length, protocol, hop_limit, src.packed,
+                       dst.packed) + l4
 
 
 def pseudo_header(src, dst, protocol, length):
@@ -323,10 +350,18 @@ def udp(src, dst, sport, dport, payload):
     return result
 
 
-def icmp_echo(src, dst, seq, payload):
+def icmp_message(src, dst, seq, payload, icmp_type=None):
+    """An echo request, or a message of the given type (RFC 4861 layouts for ND types)."""
     if src.version == 4:
-        return with_checksum(struct.pack("!BBHHH", 8, 0, 0, os.getpid() & 0xFFFF, seq) + payload, 2)
-    message = struct.pack("!BBHHH", 128, 0, 0, os.getpid() & 0xFFFF, seq) + payload
+        kind = 8 if icmp_type is None else icmp_type
+        return with_checksum(struct.pack("!BBHHH", kind, 0, 0, os.getpid() & 0xFFFF, seq) + payload, 2)
+    kind = 128 if icmp_type is None else icmp_type
+    if kind == 133:  # router solicitation: reserved
+        message = struct.pack("!BBHI", kind, 0, 0, 0)
+    elif kind in (135, 136):  # neighbour solicitation / advertisement: flags, target
+        message = struct.pack("!BBHI16s", kind, 0, 0, 0, dst.packed)
+    else:
+        message = struct.pack("!BBHHH", kind, 0, 0, os.getpid() & 0xFFFF, seq) + payload
     return with_checksum(message, 2, pseudo_header(src, dst, 58, len(message)))
 
 

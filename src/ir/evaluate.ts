@@ -55,8 +55,6 @@ export type Decision =
   | { readonly kind: HousekeepingIR['kind']; readonly id: string }
   | { readonly kind: 'kill-switch'; readonly id: string }
   | { readonly kind: 'reassembly'; readonly id: string }
-  /** The kernel's routing drops it before any filter hook (a link-local destination not ours). */
-  | { readonly kind: 'link-scope'; readonly id: null }
   | { readonly kind: 'unmanaged'; readonly id: null };
 
 /** Where enforcement happens: policy routing, or the host firewall (nftables, pf, cilium). */
@@ -178,8 +176,10 @@ export function evaluatePacket(
     };
   }
   const { cls } = found;
-  const linkScope = linkScopeOf(host, packet);
-  const hook = linkScope === 'local' && found.hook === 'forward' ? 'input' : found.hook;
+  const toSelf = isForHost(host, packet);
+  // Forwarded classes reach the host in the input hook; a host class's packets to the host itself
+  // are judged in the output hook like the rest (they leave by "lo").
+  const hook = toSelf && found.hook === 'forward' ? 'input' : found.hook;
   const deny = (
     decidedBy: Decision,
     layers: readonly Layer[],
@@ -196,18 +196,6 @@ export function evaluatePacket(
   });
 
   if (found.hook === 'forward') {
-    if (linkScope === 'not-routed') {
-      return {
-        ...deny(
-          { kind: 'link-scope', id: null },
-          ['routing'],
-          [
-            'A link-local destination that is not the host: the kernel never forwards it (RFC 4291 §2.5.6), so it is dropped before any filter hook',
-          ],
-        ),
-        hook: null,
-      };
-    }
     const housekeeping = cls.housekeeping.find((h) => isHousekeeping(h, packet, hook));
     if (housekeeping !== undefined) {
       return {
@@ -246,7 +234,6 @@ export function evaluatePacket(
     }
   }
 
-  const toSelf = linkScope === 'local';
   const notes: string[] = [];
   let route: { kind: 'tunnel' | 'main'; interface: string | null } = {
     kind: 'main',
@@ -258,7 +245,19 @@ export function evaluatePacket(
     const bypass =
       ir.localPrefixes.contains(packet.family, packet.destination) ||
       (cls.killSwitch?.except.contains(packet.family, packet.destination) ?? false);
-    if (!bypass) {
+    if (!bypass && isLinkLocal(packet)) {
+      // The kernel looks a link-local destination up on the link the packet came by, whatever
+      // the ip rules say (strict interface): it goes back out of that link, never into the
+      // tunnel, and the kill switch drops what leaves by any other interface (measured).
+      if (cls.killSwitch !== null) {
+        return deny({ kind: 'kill-switch', id: cls.killSwitch.id }, LAYERS_FILTER, [
+          `A link-local destination leaves by the link it came by ("${packet.ingress ?? '?'}"), not by tunnel "${tunnel}": the kill switch drops it`,
+        ]);
+      }
+      notes.push(
+        `A link-local destination leaves by the link it came by, not by tunnel "${tunnel}"`,
+      );
+    } else if (!bypass) {
       layers = LAYERS_BOTH;
       route = { kind: 'tunnel', interface: tunnel };
       const carried = carries(cls.via, packet.family);
@@ -329,17 +328,18 @@ function incompleteFragment(ir: HostIR, cls: HostClassIR | null): Explanation {
 }
 
 /**
- * Where a destination is as seen from a class interface: the host's own (its addresses, and
- * link-local multicast, which it receives: neighbour discovery, DHCPv6), a link-local unicast
- * address of another node (never forwarded: net/ipv6/ip6_output.c ip6_forward), or routed.
+ * Whether the host takes a packet as its own: one of its addresses, or link-local multicast
+ * (neighbour discovery to a solicited-node group, DHCPv6 to the servers' group), which it
+ * receives when it has joined the group. A link-local address of another node is not: the
+ * kernel routes it back out of the link it came by, through the forward hook (measured;
+ * net/ipv6/ip6_output.c ip6_forward skips its link-local source check for a packet that leaves
+ * by the interface it arrived on).
  */
-function linkScopeOf(host: HostView, packet: Packet): 'local' | 'not-routed' | 'routed' {
-  if (host.addresses.contains(packet.family, packet.destination)) return 'local';
-  if (packet.family === 6) {
-    if (LINK_MULTICAST_V6.contains(6, packet.destination)) return 'local';
-    if (LINK_LOCAL_V6.contains(6, packet.destination)) return 'not-routed';
-  }
-  return 'routed';
+function isForHost(host: HostView, packet: Packet): boolean {
+  return (
+    host.addresses.contains(packet.family, packet.destination) ||
+    (packet.family === 6 && LINK_MULTICAST_V6.contains(6, packet.destination))
+  );
 }
 
 function isHousekeeping(
@@ -425,7 +425,14 @@ function matchesRule(rule: RuleIR, packet: Packet, toSelf: boolean): boolean {
   return true;
 }
 
+/** An IPv6 link-local destination (fe80::/10). */
+function isLinkLocal(packet: Packet): boolean {
+  return packet.family === 6 && LINK_LOCAL_V6.contains(6, packet.destination);
+}
+
 function lookupRoute(host: HostView, packet: Packet): string | null {
+  // Every interface has fe80::/64: a link-local destination is on the link the packet came by.
+  if (isLinkLocal(packet)) return packet.ingress ?? null;
   let best: { length: number; interface: string } | undefined;
   for (const route of host.routes) {
     if (route.prefix.family !== packet.family) continue;

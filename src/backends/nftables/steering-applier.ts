@@ -159,6 +159,7 @@ export async function applySteeringDiff(
   protocol: number,
 ): Promise<SteeringOutcome> {
   const deferred: SteeringRoute[] = [];
+  const failures: string[] = [];
   const proto = ['proto', String(protocol)];
   for (const route of diff.addRoutes) {
     const result = await runner.run(
@@ -177,10 +178,9 @@ export async function applySteeringDiff(
       deferred.push(route);
       continue;
     }
-    throw new EgressguardError(
-      'command-failed',
-      `Cannot add route "${routeArgs(route).join(' ')}": ${result.stderr.trim()}`,
-    );
+    // The rest still goes in: a route one family cannot take must not leave the other family
+    // without its rules (a class's IPv4 killed with its tunnel up for a refused IPv6 route).
+    failures.push(`Cannot add route "${routeArgs(route).join(' ')}": ${result.stderr.trim()}`);
   }
   for (const rule of diff.addRules) {
     await runner.run(['ip', FAMILY_FLAG[rule.family], 'rule', 'add', ...ruleArgs(rule), ...proto], {
@@ -201,6 +201,13 @@ export async function applySteeringDiff(
         allowFailure: true,
       },
     );
+  }
+  if (failures.length > 0) {
+    throw new EgressguardError('command-failed', failures.join('; '), {
+      hint: /IPv6 is disabled/.test(failures.join(' '))
+        ? 'the facts say the tunnel carries IPv6, the kernel says not: apply with the live facts (without --facts)'
+        : 'the rest of the routing is in place; fix the cause and apply again',
+    });
   }
   return { deferred };
 }

@@ -29,6 +29,12 @@ export interface PacketSpec {
   readonly fragmentSize?: number;
   /** The datagram's payload, padded; default three fragments' worth. */
   readonly length?: number;
+  /** The interface to send by: allows link-local and multicast IPv6 addresses. */
+  readonly link?: string;
+  /** For kind `icmp`: this ICMP type (neighbour discovery types get RFC 4861's layout). */
+  readonly icmpType?: number;
+  /** Hop limit or TTL; default 64, 255 for neighbour discovery. */
+  readonly hopLimit?: number;
 }
 
 /** How many packets of each spec left the sender's socket. */
