@@ -73,7 +73,9 @@ describe('a tunnel class on an IPv4-only tunnel', () => {
     expect(applied.exitCode).toBe(0);
 
     // Both families are steered into the owned table; only IPv4 has a way through the tunnel.
-    expect(await hostRun(['ip', '-4', 'rule', 'show'])).toMatch(/from 10\.10\.0\.0\/24 lookup 7350/);
+    expect(await hostRun(['ip', '-4', 'rule', 'show'])).toMatch(
+      /from 10\.10\.0\.0\/24 lookup 7350/,
+    );
     expect(await hostRun(['ip', '-6', 'rule', 'show'])).toMatch(
       /from 2001:db8:10::\/64 lookup 7350/,
     );
