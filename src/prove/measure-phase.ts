@@ -74,12 +74,6 @@ export interface PhaseRun {
     readonly present: boolean;
     readonly delta: Readonly<Record<string, number>>;
   };
-  /**
-   * IPv4 fragments the host's kernel queued for reassembly during the phase (`Ip: ReasmReqds` of
-   * /proc/net/snmp); null when unreadable. The kernel keeps no such count for the IPv6 fragments
-   * conntrack reassembles (net/ipv6/netfilter/nf_conntrack_reasm.c counts none).
-   */
-  readonly reassembled4: number | null;
   readonly startedAt: string;
   readonly durationMs: number;
 }
@@ -113,7 +107,7 @@ export async function runPhase(input: {
     if (verdict === true) selected.push(probe);
     else skipped.push({ probe, reason: verdict });
   }
-  const [before, reassemblyBefore] = await Promise.all([readCounters(host), readReassembly4(host)]);
+  const before = await readCounters(host);
   const tagged = selected.map((probe, i) => ({
     probe,
     tag: `${input.tagPrefix}x${i}`,
@@ -149,7 +143,7 @@ export async function runPhase(input: {
     Promise.all(tagged.map(({ probe }) => lookupRoute(host, probe))),
     readCarrierless(host),
   ]);
-  const [after, reassemblyAfter] = await Promise.all([readCounters(host), readReassembly4(host)]);
+  const after = await readCounters(host);
   const delta: Record<string, number> = {};
   for (const [id, packets] of after.counters) {
     delta[id] = packets - (before.counters.get(id) ?? 0);
@@ -170,10 +164,6 @@ export async function runPhase(input: {
     })),
     skipped,
     counters: { present: before.present && after.present, delta },
-    reassembled4:
-      reassemblyBefore === null || reassemblyAfter === null
-        ? null
-        : reassemblyAfter - reassemblyBefore,
     startedAt,
     durationMs: Math.round(performance.now() - started),
   };
@@ -196,21 +186,6 @@ function withCarrier(route: RouteLookup, carrierless: ReadonlySet<string>): Rout
     return route;
   }
   return { ...route, flags: [...route.flags, 'linkdown'] };
-}
-
-/** IPv4 fragments queued for reassembly so far in the host's namespace, or null. */
-async function readReassembly4(host: HostControl): Promise<number | null> {
-  const result = await host.runner.run(['cat', '/proc/net/snmp'], {
-    effect: 'read',
-    allowFailure: true,
-  });
-  const [names, values] = result.stdout
-    .split('\n')
-    .filter((line) => line.startsWith('Ip: '))
-    .map((line) => line.split(/\s+/));
-  const at = names?.indexOf('ReasmReqds') ?? -1;
-  const value = at === -1 ? undefined : Number(values?.[at]);
-  return value === undefined || Number.isNaN(value) ? null : value;
 }
 
 /** Our table's named counters (packets by policy id), and whether the table is there. */

@@ -42,7 +42,6 @@ function phase(runs: ProbeRun[], extra: Partial<PhaseRun['spec']> = {}, delta = 
     runs,
     skipped: [],
     counters: { present: true, delta },
-    reassembled4: null,
     startedAt: '',
     durationMs: 0,
   };

@@ -68,12 +68,11 @@ export function judgePhase(
   sides: readonly SideObservation[],
   plan: ProofLab,
 ): ProbeJudgement[] {
-  // A counter shared by several probes must have moved by at least all their raw packets; the
-  // kernel's reassembly queue by at least one fragment per lone IPv4 datagram.
+  // A counter shared by several probes must have moved by at least all their raw packets (the
+  // reassembly counter counts fragments: at least one per datagram).
   const need = new Map<string, number>();
   for (const run of phase.runs) {
-    const decided = run.probe.expect.decidedBy;
-    const id = decided.kind === 'reassembly' ? reassemblyKey(run.probe.family) : decided.id;
+    const id = run.probe.expect.decidedBy.id;
     if (id === null || DENYING_ROUTES.has(run.route.type)) continue;
     need.set(id, (need.get(id) ?? 0) + run.raw.sent);
   }
@@ -322,51 +321,6 @@ function fragmentsOf(
   };
 }
 
-/** The `need` key of the kernel's reassembly queue, which only IPv4 counts. */
-function reassemblyKey(family: 4 | 6): string | null {
-  return family === 4 ? ' reassembly4' : null;
-}
-
-/**
- * A lone fragment is held by the kernel's reassembly, which our table switches on: no counter of
- * ours moves. For IPv4 the kernel counts what it queued; for IPv6 it counts nothing, and the
- * other two oracles decide.
- */
-function judgeHeld(
-  run: ProbeRun,
-  phase: PhaseRun,
-  need: ReadonlyMap<string, number>,
-): { verdict: OracleVerdict; acted: string[] } {
-  const acted: string[] = [];
-  if (DENYING_ROUTES.has(run.route.type)) acted.push('routing');
-  if (run.probe.family === 6) {
-    return {
-      acted,
-      verdict: {
-        oracle: 'enforcer',
-        verdict: 'unknown',
-        agrees: true,
-        detail: `held for reassembly: the kernel keeps no count of the IPv6 fragments conntrack holds, so the other two oracles decide (route ${run.route.type})`,
-      },
-    };
-  }
-  const queued = phase.reassembled4;
-  const needed = need.get(' reassembly4') ?? 0;
-  if (queued !== null && phase.counters.present && queued >= Math.max(needed, 1)) {
-    acted.push('nftables');
-  }
-  const layer = phase.spec.expectLayer;
-  return {
-    acted,
-    verdict: {
-      oracle: 'enforcer',
-      verdict: acted.length > 0 ? 'deny' : 'allow',
-      agrees: layer === undefined ? acted.length > 0 : acted.includes(layer),
-      detail: `${acted.length > 0 ? `held by ${acted.join(' + ')}` : 'nothing of ours held it'}: the kernel queued ${queued ?? '?'} IPv4 fragments for reassembly (≥ ${needed} needed)${phase.counters.present ? '' : ', our table is absent'}`,
-    },
-  };
-}
-
 function judgeEnforcer(
   run: ProbeRun,
   phase: PhaseRun,
@@ -374,7 +328,6 @@ function judgeEnforcer(
   expectedIface: string | null,
 ): { verdict: OracleVerdict; acted: string[] } {
   const expect = run.probe.expect;
-  if (expect.decidedBy.kind === 'reassembly') return judgeHeld(run, phase, need);
   const id = expect.decidedBy.id;
   const moved = id === null ? undefined : phase.counters.delta[id];
   const needed = id === null ? 0 : (need.get(id) ?? 0);

@@ -29,6 +29,8 @@ const LOG_LIMIT = 'limit rate 20/second burst 40 packets';
  */
 export const SHARD_ELEMENTS = 32_768;
 const MAX_SHARDS = 8;
+/** Before the kernel's defragmentation (NF_IP_PRI_CONNTRACK_DEFRAG, -400). */
+const REASSEMBLY_PRIORITY = -450;
 
 const FAMILY = {
   4: { nfproto: 'ipv4', addr: 'ip', type: 'ipv4_addr', icmp: 'icmp' },
@@ -142,6 +144,7 @@ function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): stri
 
   const base = (name: string, spec: string, rules: string[]): string =>
     chain(name, [spec, ...rules]);
+  const reassembly = reassemblyChains(e, ir.reassembly);
   const body = [
     setBlock(
       STAMP_SET,
@@ -155,7 +158,7 @@ function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): stri
     base('input', 'type filter hook input priority filter; policy accept;', dispatch.input),
     base('output', 'type filter hook output priority filter; policy accept;', dispatch.output),
     base('postrouting', 'type nat hook postrouting priority srcnat; policy accept;', nat),
-    reassemblyChain(ir.reassembly),
+    ...reassembly,
     ...e.chains,
   ];
   return [
@@ -190,12 +193,24 @@ function natIngressMatch(selector: SelectorIR): string {
  * Fragments are reassembled before our hooks whatever the policy: any conntrack expression in the
  * table makes the kernel register its defragmentation hooks for the namespace (priority -400,
  * before every filter chain: nft_ct's init takes nf_ct_netns_get for both families of an inet
- * table, and nf_conntrack registers nf_defrag_ipv4/ipv6). This chain is never jumped to; the
- * rule's presence is its job. Measured without it: non-first fragments of a datagram to a denied
- * port passed `th dport` rules (they carry no transport header) and the class default took them.
+ * table, and nf_conntrack registers nf_defrag_ipv4/ipv6). The `conntrack` chain is never jumped
+ * to; its rule's presence is its job. Measured without it: non-first fragments of a datagram to a
+ * denied port passed `th dport` rules (they carry no transport header) and the class default took
+ * them. The `reassembly` chain counts, before the kernel reassembles them, the fragments it is
+ * about to hold: the enforcer's own count of what a lone fragment meets (the kernel keeps none for
+ * the IPv6 fragments conntrack reassembles).
  */
-function reassemblyChain(node: ReassemblyIR): string {
-  return chain('reassembly', [`ct state invalid comment ${nftString(node.id)}`]);
+function reassemblyChains(e: Emitter, node: ReassemblyIR): string[] {
+  const count = counter(e, node.id);
+  const comment = `comment ${nftString(node.id)}`;
+  return [
+    chain('conntrack', [`ct state invalid ${comment}`]),
+    chain('reassembly', [
+      `type filter hook prerouting priority ${REASSEMBLY_PRIORITY}; policy accept;`,
+      `meta nfproto ipv4 ip frag-off & 0x3fff != 0 ${count} ${comment}`,
+      `meta nfproto ipv6 exthdr frag exists ${count} ${comment}`,
+    ]),
+  ];
 }
 
 /** Fail closed without a policy: every class interface and host-class source is dropped. */
