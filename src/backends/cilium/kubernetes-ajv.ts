@@ -6,7 +6,8 @@ import { parsePrefix } from '../../core/index.js';
 /**
  * An ajv 8 instance for JSON Schemas generated from Kubernetes OpenAPI (CRDs, chainsaw): the
  * `x-kubernetes-*` annotations are not JSON Schema, hence `strict: false`; `strictRequired` and
- * `strictTypes` are off because both pinned schema sets break them (schema/*\/SOURCES.md).
+ * `strictTypes` are off because both pinned schema sets break them (schema/cilium/SOURCES.md,
+ * schema/chainsaw/SOURCES.md).
  */
 export function createKubernetesAjv(): Ajv {
   const ajv = new Ajv({
