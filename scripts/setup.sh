@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what egressguard's build and tests need on a fresh Debian 12 machine, as root: the
-# kernel tools the lab (src/prove/lab) and the nftables backend run, and the npm dependencies.
+# kernel tools the lab (src/prove/lab) and the nftables backend run, the validators the Cilium
+# backend's tests run (yamllint, promtool), and the npm dependencies.
 # Idempotent: it installs only what is missing, so it is cheap to run before every test run.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,6 +16,8 @@ declare -A PACKAGE_OF=(
   [python3]=python3
   [sysctl]=procps
   [systemd-analyze]=systemd
+  [yamllint]=yamllint
+  [promtool]=prometheus
 )
 missing=()
 for binary in "${!PACKAGE_OF[@]}"; do
@@ -32,7 +35,7 @@ if ((${#missing[@]} > 0)); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update
   apt-get install -y --no-install-recommends \
-    nftables iproute2 tcpdump iputils-ping conntrack python3 procps systemd
+    nftables iproute2 tcpdump iputils-ping conntrack python3 procps systemd yamllint prometheus
 fi
 
 # npm writes node_modules/.package-lock.json on every install: older than package-lock.json means

@@ -1,0 +1,31 @@
+/**
+ * The Prometheus metrics the gateway resident (`egressguard run … --k8s` on the gateway node)
+ * exports. The alert rules in deploy/prometheus/cilium-gateway.rules.yml use exactly these names
+ * and labels; test/promtool checks that they agree.
+ */
+export const GATEWAY_METRICS = {
+  labelPresent: {
+    name: 'egressguard_gateway_label_present',
+    type: 'gauge',
+    help: '1 while this node carries the egress gateway label, 0 while egressguard keeps it off',
+    labels: ['node', 'gateway_label'],
+  },
+  tunnelUp: {
+    name: 'egressguard_tunnel_up',
+    type: 'gauge',
+    help: '1 while the tunnel is up, has carrier and is routable, else 0',
+    labels: ['node', 'tunnel'],
+  },
+  policyReapplied: {
+    name: 'egressguard_egress_policy_reapplied_total',
+    type: 'counter',
+    help: 'Times the egress gateway policy was re-applied so Cilium selects the egress IP afresh',
+    labels: ['node', 'policy'],
+  },
+  lastChange: {
+    name: 'egressguard_gateway_last_change_timestamp_seconds',
+    type: 'gauge',
+    help: 'Unix time the gateway label was last added to or removed from this node',
+    labels: ['node'],
+  },
+} as const;
