@@ -17,10 +17,11 @@ Writes {"results": [{"tag", "client": {"outcome", "node", "seen", "error", "ms"}
 "raw": {"sent", "failed", "error"}}]}; outcome is answered, refused, unreachable, timeout, error
 or none (no client for that kind).
 
-    probe.py stream '{"nonce": "eg…", "rate": 120, "maxMs": 60000,
+    probe.py stream '{"nonce": "eg…", "rate": 120,
                        "specs": [{"tag": "s1", "kind": "udp", "src": "…", "dst": "…", "dport": 9}]}'
 
-Sends one raw packet of every spec `rate` times a second until SIGTERM or maxMs, then writes
+Sends one raw packet of every spec `rate` times a second until SIGTERM (or until the process
+that started it is gone: a stream never outlives its scenario, nor runs out before it), then writes
 {"results": [{"tag", "sent", "failed", "error"}], "elapsedMs", "minPerSecond"}: minPerSecond is
 the fewest packets of one spec sent in any whole second of the run.
 """
@@ -43,7 +44,6 @@ IP_FREEBIND = 15
 IPV6_FREEBIND = 78
 IPV6_MTU = 24
 FRAGMENT_SEND_LOCK = threading.Lock()
-MAX_STREAM_MS = 120000
 
 
 def main(argv):
@@ -268,7 +268,7 @@ def icmp_client(token, probe, timeout):
 def run_stream(request):
     nonce = request["nonce"]
     interval = 1.0 / request["rate"]
-    max_s = min(request.get("maxMs", MAX_STREAM_MS), MAX_STREAM_MS) / 1000
+    parent = os.getppid()
     specs = []
     for raw in request["specs"]:
         spec = {"kind": raw["kind"], "dst": raw["dst"], "src": raw["src"]}
@@ -285,8 +285,8 @@ def run_stream(request):
     seq = 0
     while not stopping.is_set():
         now = time.monotonic()
-        if now - started >= max_s:
-            break
+        if os.getppid() != parent:
+            break  # orphaned: the egressguard that started it died without stopping it
         if next_round > now:
             stopping.wait(next_round - now)
             continue

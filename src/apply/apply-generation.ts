@@ -1,5 +1,5 @@
 import type { Artifact, Backend, LiveState } from '../backends/index.js';
-import { EgressguardError } from '../core/index.js';
+import { createStepTimer, EgressguardError, type StepTimings } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
 import {
@@ -52,6 +52,8 @@ export interface ApplyReport {
   readonly changed: boolean;
   /** The revert that happens unless `confirm` runs first, if one was scheduled. */
   readonly pending: PendingConfirm | undefined;
+  /** Where the apply spent its time: lock wait, read-back, the backend's steps, state write. */
+  readonly timings: StepTimings;
 }
 
 /**
@@ -63,7 +65,10 @@ export interface ApplyReport {
  * generation is the one to keep or, with `confirm`, to revert.
  */
 export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
+  const timer = createStepTimer();
+  const lockStarted = performance.now();
   const lock = acquireHostLock(input.state, 'apply a policy');
+  timer.add('lock', performance.now() - lockStarted);
   try {
     const current = readCurrent(input.state);
     const superseded = readPendingFile(input.state);
@@ -75,7 +80,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     // Only a re-apply of the recorded hash can be a no-op; anything else goes straight on.
     const before =
       current?.hash === input.hash && input.force !== true
-        ? await inspector.read(input.artifacts)
+        ? await timer.time('read before', () => inspector.read(input.artifacts))
         : undefined;
     const unchanged =
       before !== undefined &&
@@ -102,6 +107,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
           input.confirm !== undefined && running?.generation === current.number
             ? running
             : undefined,
+        timings: timer.timings(),
       };
     }
     writeJson(input.state, FILES.attempt, {
@@ -132,9 +138,10 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       ({ deferred } = await applier.apply(input.artifacts, {
         previous: current?.artifacts,
         ...(input.force === true ? { force: true } : {}),
+        timer,
       }));
       committed = true;
-      after = await inspector.read(input.artifacts);
+      after = await timer.time('read back', () => inspector.read(input.artifacts));
       checkStamp(after, input.hash);
       if (!isConverged(after)) {
         // Once more, routing only: a tunnel that went down meanwhile took its route with it.
@@ -191,8 +198,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     if (superseded !== undefined) {
       await retire(input, superseded, { keepFile: pending !== undefined });
     }
-    await storing;
+    await timer.time('store artifacts', () => storing);
     await input.runner.faults.hit('before-state-write');
+    const stateStarted = performance.now();
     const generation: Generation = {
       format: 'egressguard/generation/v1',
       number,
@@ -212,7 +220,15 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     pruneGenerations(input.state);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
-    return { generation, previous: current, deferred, changed: true, pending };
+    timer.add('state write', performance.now() - stateStarted);
+    return {
+      generation,
+      previous: current,
+      deferred,
+      changed: true,
+      pending,
+      timings: timer.timings(),
+    };
   } finally {
     lock.release();
   }

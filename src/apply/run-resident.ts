@@ -1,16 +1,30 @@
 import type { Backend, WatchEvent } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLock, type StateDir } from '../state/index.js';
+import { acquireHostLock, hostLockHolder, type StateDir } from '../state/index.js';
 import { FILES, readGeneration } from './generation.js';
 import { recordFingerprint } from './record-fingerprint.js';
 
 const LOCK_RETRY_MS = 250;
 
+/** What applying the resident's own policy again did. */
+export interface RefreshApplied {
+  readonly changed: boolean;
+  readonly generation: number;
+  readonly hash: string;
+}
+
 export interface ResidentLogEntry {
   readonly time: string;
   readonly action:
-    'watching' | 'reapplied' | 'repaired-table' | 'readded-routes' | 'skipped' | 'error';
+    | 'watching'
+    | 'reapplied'
+    | 'adopted'
+    | 'repaired-table'
+    | 'readded-routes'
+    | 'waiting'
+    | 'skipped'
+    | 'error';
   readonly message: string;
 }
 
@@ -28,10 +42,12 @@ export async function runResident(input: {
   signal: AbortSignal;
   tickMs?: number;
   /**
-   * Re-reads the host's facts and recompiles; applies when the host config hash moved (an uplink
-   * or a local prefix changed) and says what it did. Facts are re-resolved on every reconcile.
+   * Re-reads the policy and the host's facts (at every reconcile but those a ruleset event
+   * starts): the host config hash they give now, and how to apply it.
    */
-  refresh?: () => Promise<string | undefined>;
+  refresh?: () => Promise<{ readonly hash: string; apply(): Promise<RefreshApplied> }>;
+  /** The hash the resident applied from its policy when it started. */
+  ownHash?: string;
 }): Promise<void> {
   const context = { runner: input.runner, tableName: input.table };
   const watcher = input.backend.createWatcher?.(context);
@@ -48,6 +64,18 @@ export async function runResident(input: {
   };
 
   let retry: ReturnType<typeof setTimeout> | undefined;
+  // The hash of the resident's own policy as last applied, and the last generation of someone
+  // else's it adopted: an operator's `apply` of another policy is kept, not fought, until the
+  // policy file or the host's facts change.
+  let own = input.ownHash;
+  let adopted: string | undefined;
+  let waitingFor: string | undefined;
+  const retrySoon = (): void => {
+    retry ??= setTimeout(() => {
+      retry = undefined;
+      if (!input.signal.aborted) onEvent({ kind: 'tick' });
+    }, LOCK_RETRY_MS);
+  };
   // One reconcile at a time; events during one ask for exactly one more.
   const pass: { running: boolean; again: boolean } = { running: false, again: false };
   const shouldRunAgain = (): boolean => pass.again && !input.signal.aborted;
@@ -84,13 +112,32 @@ export async function runResident(input: {
   };
 
   const reconcileOnce = async (reason: string): Promise<void> => {
+    // Another egressguard at work (an apply, a restore) changes live state on purpose, and its
+    // ruleset events are ours to see: look again once it is done, reading nothing meanwhile.
+    const holder = hostLockHolder(input.state);
+    if (holder !== undefined) {
+      const who = `${holder.pid} ${holder.since}`;
+      if (waitingFor !== who) {
+        waitingFor = who;
+        log(
+          'waiting',
+          `another egressguard (pid ${holder.pid}: ${holder.purpose}) holds the host lock; looking again when it is done`,
+        );
+      }
+      retrySoon();
+      return;
+    }
+    waitingFor = undefined;
     if (input.refresh !== undefined && !reason.startsWith('ruleset')) {
       // A policy edited into an invalid one, or facts that cannot be read, must not stop the
       // repairs of what is applied: say so and carry on.
       try {
-        const reapplied = await input.refresh();
-        if (reapplied !== undefined) log('reapplied', `${reapplied} (${reason})`);
+        await refreshOwn(input.refresh, reason);
       } catch (error) {
+        if (isEgressguardError(error) && error.code === 'lock-held') {
+          retrySoon();
+          return;
+        }
         log(
           'error',
           `Cannot refresh from the policy and host facts, keeping what is applied: ${(error as Error).message}`,
@@ -106,10 +153,7 @@ export async function runResident(input: {
         // Soon, not at the next tick: the holder may be an apply that was killed mid-way, and
         // nothing else will send an event.
         log('skipped', `another egressguard holds the host lock; retrying: ${error.message}`);
-        retry ??= setTimeout(() => {
-          retry = undefined;
-          if (!input.signal.aborted) onEvent({ kind: 'tick' });
-        }, LOCK_RETRY_MS);
+        retrySoon();
         return;
       }
       throw error;
@@ -146,6 +190,32 @@ export async function runResident(input: {
     } finally {
       lock.release();
     }
+  };
+
+  /** Applies the resident's own policy when it or the host's facts changed; else adopts. */
+  const refreshOwn = async (
+    refresh: NonNullable<typeof input.refresh>,
+    reason: string,
+  ): Promise<void> => {
+    const fresh = await refresh();
+    if (fresh.hash !== own) {
+      const result = await fresh.apply();
+      own = fresh.hash;
+      if (result.changed) {
+        log(
+          'reapplied',
+          `applied generation ${result.generation}, hash ${result.hash.slice(0, 12)} (${reason})`,
+        );
+      }
+      return;
+    }
+    const applied = readGeneration(input.state, FILES.applied);
+    if (applied === undefined || applied.hash === own || applied.hash === adopted) return;
+    adopted = applied.hash;
+    log(
+      'adopted',
+      `generation ${applied.number} (policy "${applied.policy}", hash ${applied.hash.slice(0, 12)}) was applied by another egressguard: keeping it; the policy file is applied again when it or the host's facts change`,
+    );
   };
 
   const onEvent = (event: WatchEvent): void => {

@@ -1,3 +1,4 @@
+import type { StepTimer } from '../core/index.js';
 import type { HostIR } from '../ir/index.js';
 import type { Runner } from '../runner/index.js';
 
@@ -68,6 +69,8 @@ export interface Applier {
       readonly routingOnly?: boolean;
       /** Rewrite state the read-back cannot see (set elements) even where it looks current. */
       readonly force?: boolean;
+      /** Times the apply's steps (read live, stage, swap, routing) into the caller's timer. */
+      readonly timer?: StepTimer;
     },
   ): Promise<ApplyResult>;
   /** Removes only what we own: routing first, then the firewall state. */

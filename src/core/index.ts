@@ -17,3 +17,4 @@ export { AddressSet } from './address-set.js';
 export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
 export { createRandom } from './random.js';
 export { packagePath } from './package-path.js';
+export { createStepTimer, type StepTimer, type StepTimings } from './step-timer.js';

@@ -124,10 +124,12 @@ export function createHostControl(options: {
     },
 
     async apply(policy) {
-      const deadline = performance.now() + LOCK_RETRY_LIMIT_MS;
+      const started = performance.now();
+      const deadline = started + LOCK_RETRY_LIMIT_MS;
       for (;;) {
         try {
-          return await applyGeneration({
+          const attemptStarted = performance.now();
+          const report = await applyGeneration({
             backend,
             runner,
             state,
@@ -137,6 +139,11 @@ export function createHostControl(options: {
             artifacts: policy.artifacts,
             ...(policy.lockdown === undefined ? {} : { lockdown: policy.lockdown }),
           });
+          // Time lost to attempts refused because another egressguard held the host lock.
+          const waited = attemptStarted - started;
+          return waited >= 1
+            ? { ...report, timings: { 'lock retries': Math.round(waited), ...report.timings } }
+            : report;
         } catch (error) {
           // The resident holds the lock while it repairs; an admin's apply would wait too.
           if (!isEgressguardError(error) || error.code !== 'lock-held') throw error;

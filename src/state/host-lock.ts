@@ -49,6 +49,19 @@ export function acquireHostLock(state: StateDir, purpose: string): HostLock {
   }
 }
 
+/**
+ * Who holds the host lock, when a live process other than this one does: a cheap check before
+ * work that would need the lock (the resident's reconcile reads live state first).
+ */
+export function hostLockHolder(
+  state: StateDir,
+): { readonly pid: number; readonly purpose: string; readonly since: string } | undefined {
+  const current = readLock(state.file('lock'));
+  if (current === undefined || !isHeld(state.file('lock'), current.owner)) return undefined;
+  if (current.owner.pid === process.pid) return undefined;
+  return { pid: current.owner.pid, purpose: current.owner.purpose, since: current.owner.since };
+}
+
 /** Like acquireHostLock, but waits while another live process holds the lock, up to `timeoutMs`. */
 export async function acquireHostLockWaiting(
   state: StateDir,

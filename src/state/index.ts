@@ -1,5 +1,10 @@
 export { StateDir } from './state-dir.js';
-export { acquireHostLock, acquireHostLockWaiting, type HostLock } from './host-lock.js';
+export {
+  acquireHostLock,
+  acquireHostLockWaiting,
+  hostLockHolder,
+  type HostLock,
+} from './host-lock.js';
 export {
   currentBootId,
   identityOf,

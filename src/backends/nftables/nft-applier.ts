@@ -1,4 +1,4 @@
-import { EgressguardError } from '../../core/index.js';
+import { createStepTimer, EgressguardError, type StepTimer } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import {
   CLASS_SET_COMMENT,
@@ -198,9 +198,16 @@ export async function loadTable(
   runner: Runner,
   table: string,
   plan: LoadPlan,
-  options: { readonly tableWasAbsent: boolean; readonly beforeSwap?: () => Promise<void> },
+  options: {
+    readonly tableWasAbsent: boolean;
+    readonly beforeSwap?: () => Promise<void>;
+    readonly timer?: StepTimer;
+  },
 ): Promise<void> {
-  const results = await Promise.allSettled(plan.stage.map((t) => loadRuleset(runner, t)));
+  const timer = options.timer ?? createStepTimer();
+  const results = await timer.time('stage sets', () =>
+    Promise.allSettled(plan.stage.map((t) => loadRuleset(runner, t))),
+  );
   const loaded = plan.staged.filter((_, i) => results[i]?.status === 'fulfilled').flat();
   let step = 'Cannot load the new sets before the swap';
   try {
@@ -208,7 +215,7 @@ export async function loadTable(
     if (failed !== undefined) throw failed.reason;
     await options.beforeSwap?.();
     step = 'Cannot switch to the new table: the kernel rejected the swap transaction';
-    await loadRuleset(runner, plan.swap);
+    await timer.time('swap', () => loadRuleset(runner, plan.swap));
   } catch (error) {
     const undo = options.tableWasAbsent
       ? [`delete table inet ${table}`]

@@ -1,5 +1,5 @@
 import { availableParallelism } from 'node:os';
-import { EgressguardError } from '../../core/index.js';
+import { createStepTimer, EgressguardError, type StepTimer } from '../../core/index.js';
 import { assertNever } from '../../ir/index.js';
 import type { Runner } from '../../runner/index.js';
 import type {
@@ -105,10 +105,10 @@ function createNftApplier(context: BackendContext): Applier {
         ? disableKillSwitch(artifact(artifacts, RULESET_ARTIFACT))
         : artifact(artifacts, RULESET_ARTIFACT);
       const spec = steeringOf(artifacts);
-      const [liveSteering, live] = await Promise.all([
-        readLiveSteering(runner, steeringScope(spec)),
-        listLiveTable(runner, table),
-      ]);
+      const timer = options.timer ?? createStepTimer();
+      const [liveSteering, live] = await timer.time('read live', () =>
+        Promise.all([readLiveSteering(runner, steeringScope(spec)), listLiveTable(runner, table)]),
+      );
       if (liveSteering.collisions.length > 0) {
         throw new EgressguardError(
           'apply-failed',
@@ -124,16 +124,15 @@ function createNftApplier(context: BackendContext): Applier {
           force: options.force === true,
           beforeSwap: () => runner.faults.hit('before-nft-commit'),
           broken: runner.faults.isOn(BROKEN_RULESET_FAULT),
+          timer,
         });
       }
       try {
         // Anything that fails from here on is after the commit: roll the table back.
         if (options.routingOnly !== true) await runner.faults.hit('after-nft-commit');
         await runner.faults.hit('steering');
-        const outcome = await applySteeringDiff(
-          runner,
-          diffSteering(spec, liveSteering),
-          spec.protocol,
+        const outcome = await timer.time('routing', () =>
+          applySteeringDiff(runner, diffSteering(spec, liveSteering), spec.protocol),
         );
         await runner.faults.hit('after-routes');
         return {
@@ -192,7 +191,12 @@ async function loadCompiled(
   table: string,
   ruleset: string,
   live: Pick<LiveTable, 'present' | 'objects'>,
-  options: { force: boolean; beforeSwap?: () => Promise<void>; broken?: boolean },
+  options: {
+    force: boolean;
+    beforeSwap?: () => Promise<void>;
+    broken?: boolean;
+    timer?: StepTimer;
+  },
 ): Promise<void> {
   const plan = planLoad(ruleset, table, live.objects, {
     force: options.force,
@@ -205,6 +209,7 @@ async function loadCompiled(
     {
       tableWasAbsent: !live.present,
       ...(options.beforeSwap === undefined ? {} : { beforeSwap: options.beforeSwap }),
+      ...(options.timer === undefined ? {} : { timer: options.timer }),
     },
   );
 }

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { FILES, readGeneration, runResident } from '../../apply/index.js';
+import { runResident } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
@@ -67,15 +67,20 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             tickMs,
             // The policy file and the host's facts are read again at every reconcile: an uplink
             // that changed moves the hash, and the new generation is applied.
+            ownHash: prepared.hash,
             refresh: async () => {
               const fresh = await preparePolicy(file, target, { ...opts, quiet: true });
-              // Same hash: live drift is the repair loop's job (it re-adds routes only).
-              if (fresh.hash === readGeneration(target.state, FILES.applied)?.hash)
-                return undefined;
-              const now = await applyPrepared(target, fresh);
-              return now.changed
-                ? `applied generation ${now.generation.number}, hash ${now.generation.hash.slice(0, 12)}`
-                : undefined;
+              return {
+                hash: fresh.hash,
+                apply: async () => {
+                  const now = await applyPrepared(target, fresh);
+                  return {
+                    changed: now.changed,
+                    generation: now.generation.number,
+                    hash: now.generation.hash,
+                  };
+                },
+              };
             },
           });
         } finally {

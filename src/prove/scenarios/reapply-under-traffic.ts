@@ -28,6 +28,7 @@ export const reapplyUnderTraffic: Scenario = {
     }
     await sleep(SETTLE_MS);
     const durations: number[] = [];
+    const steps = new Map<string, number[]>();
     let changed = 0;
     const started = performance.now();
     for (let i = 0; i < ctx.reapplies; i++) {
@@ -37,6 +38,9 @@ export const reapplyUnderTraffic: Scenario = {
       const t0 = performance.now();
       const report = await ctx.host.apply(policy);
       durations.push(performance.now() - t0);
+      for (const [step, ms] of Object.entries(report.timings)) {
+        steps.set(step, [...(steps.get(step) ?? []), ms]);
+      }
       if (report.changed) changed++;
       if ((i + 1) % 50 === 0) ctx.progress(`  reapply ${i + 1}/${ctx.reapplies}`);
     }
@@ -49,6 +53,15 @@ export const reapplyUnderTraffic: Scenario = {
     ctx.metric('reapplyTotalMs', Math.round(totalMs));
     ctx.metric('reapplyMedianMs', Math.round(durations[Math.floor(durations.length / 2)] ?? 0));
     ctx.metric('reapplyMaxMs', Math.round(durations[durations.length - 1] ?? 0));
+    // Where a reapply spends its time: the median of each step over the applies that ran it.
+    for (const [step, list] of steps) {
+      list.sort((a, b) => a - b);
+      ctx.metric(
+        `step ${step} medianMs`,
+        Math.round((list[Math.floor(list.length / 2)] ?? 0) * 10) / 10,
+      );
+      ctx.metric(`step ${step} applies`, list.length);
+    }
     for (const result of results) {
       if (result.elapsedMs < totalMs) {
         ctx.finding(
