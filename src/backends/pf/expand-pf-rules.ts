@@ -127,27 +127,28 @@ export function loadPfConfText(
     interfaces: PfInterfaces;
     readFile?: (path: string) => string | undefined;
   },
-): {
-  load: PfAnchorLoad | null;
-  loadAnchors: PfConf['loadAnchors'];
-  options: PfConf['options'];
-  problems: PfConfProblem[];
-} {
+): { load: PfAnchorLoad | null; conf: PfConf; problems: PfConfProblem[] } {
   const parsed = parsePfConf(text, { file: options.file });
   if (parsed.problems.length > 0) {
-    return {
-      load: null,
-      loadAnchors: parsed.conf.loadAnchors,
-      options: parsed.conf.options,
-      problems: parsed.problems,
-    };
+    return { load: null, conf: parsed.conf, problems: parsed.problems };
   }
   const expanded = expandPfConf(parsed.conf, options);
   return {
     load: expanded.problems.length > 0 ? null : expanded.load,
-    loadAnchors: parsed.conf.loadAnchors,
-    options: parsed.conf.options,
+    conf: parsed.conf,
     problems: expanded.problems,
+  };
+}
+
+/** The rulesets of several loads, one after the other. */
+export function concatRulesets(loads: readonly PfKernelRulesets[]): PfKernelRulesets {
+  return {
+    scrub: loads.flatMap((l) => l.scrub),
+    filter: loads.flatMap((l) => l.filter),
+    nat: loads.flatMap((l) => l.nat),
+    rdr: loads.flatMap((l) => l.rdr),
+    binat: loads.flatMap((l) => l.binat),
+    dummynet: loads.flatMap((l) => l.dummynet),
   };
 }
 
