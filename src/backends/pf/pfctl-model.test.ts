@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseIpv4 } from '../../core/index.js';
 import { createMacosPfHost, startInternetSharing } from './create-macos-pf-host.js';
-import { createPfctlModelState, PfctlModel } from './pfctl-model.js';
+import { createPfctlModelState, findForbiddenPfctlForms, PfctlModel } from './pfctl-model.js';
 import { readPfctlModelState, writePfctlModelState } from './pfctl-model-store.js';
 import { runPfctlModelShim } from './pfctl-model-shim.js';
 
@@ -235,6 +235,39 @@ describe('pfctl model: anchors and evaluation through the kernel state', () => {
     expect(load.stderr).toContain('Use of -f option, could result in flushing of rules');
     expect(model.run(['-sn']).stdout).not.toContain('internet-sharing');
     expect(model.forwardPacket(vmTo('192.0.2.80')).leaving?.source).toBe(VM);
+  });
+
+  it('flags the forms egressguard must never run (DESIGN.md §4 pf) in the log', () => {
+    expect(findForbiddenPfctlForms(['-a', OURS, '-f', '/x'])).toEqual([]);
+    expect(findForbiddenPfctlForms(['-n', '-a', OURS, '-f', '/x'])).toEqual([]);
+    expect(findForbiddenPfctlForms(['-na', OURS, '-f/x'])).toEqual([]);
+    expect(findForbiddenPfctlForms(['-nf', '/etc/pf.conf'])).toEqual([
+      'loads the main ruleset (-f without -a)',
+    ]);
+    expect(findForbiddenPfctlForms(['-Fa'])).toEqual(['flushes without -a']);
+    expect(findForbiddenPfctlForms(['-a', OURS, '-F', 'all'])).toEqual([]);
+    expect(findForbiddenPfctlForms(['-d'])).toEqual(['disables pf (-d)']);
+    expect(findForbiddenPfctlForms(['-vsr', '-X', '123'])).toEqual([]);
+    // `-t d…` is a value, not -d.
+    expect(findForbiddenPfctlForms(['-T', 'show', '-t', 'dns'])).toEqual([]);
+    const model = hostWithAnchor();
+    model.run(['-d']);
+    expect(model.state.log.at(-1)?.forbidden).toEqual(['disables pf (-d)']);
+    expect(model.state.log[0]?.forbidden).toEqual(['loads the main ruleset (-f without -a)']); // the boot job
+  });
+
+  it('UNVERIFIED: -nf on the main ruleset moves the tickets of every load anchor and commits nothing', () => {
+    const model = hostWithAnchor();
+    const before = structuredClone(model.state.tickets['com.apple']);
+    const anchors = JSON.stringify(model.state.anchors);
+    const check = model.run(['-nf', '/etc/pf.conf']);
+    expect(check.exitCode).toBe(0);
+    expect(check.stderr).toContain(
+      'pfctl-model: UNVERIFIED: -n processed load anchor "com.apple" as the field report saw it',
+    );
+    expect(model.state.tickets['com.apple']?.tables).toBe((before?.tables ?? 0) + 1);
+    expect(JSON.stringify(model.state.anchors)).toBe(anchors);
+    expect(model.run(['-a', 'nowhere', '-s', 'Anchors']).exitCode).toBe(1);
   });
 
   it('keeps an invocation log of every call with its exit code', () => {

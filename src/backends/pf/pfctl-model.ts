@@ -98,6 +98,35 @@ export interface PfctlModelInvocation {
   readonly exitCode: number;
   readonly pid: number;
   readonly clock: number;
+  /** The forms DESIGN.md §4 (pf) forbids egressguard, found in this call; empty when none. */
+  readonly forbidden: readonly string[];
+}
+
+/**
+ * What DESIGN.md §4 (pf) says egressguard must never run: a main-ruleset load (`-f` without
+ * `-a`: it re-runs every `load anchor` and flushes what system services inserted), a flush
+ * without `-a` (it removes the anchor points the system relies on), and `-d` (it stops pf and
+ * invalidates every enable token, vmnet NAT included).
+ */
+export function findForbiddenPfctlForms(argv: readonly string[]): string[] {
+  const seen = new Set<string>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i] ?? '';
+    if (!arg.startsWith('-') || arg === '-') continue;
+    for (let j = 1; j < arg.length; j++) {
+      const letter = arg[j] ?? '';
+      seen.add(letter);
+      if (OPTIONS_WITH_VALUE.has(letter)) {
+        if (j === arg.length - 1) i++; // the value is the next word
+        break;
+      }
+    }
+  }
+  const forbidden: string[] = [];
+  if (seen.has('f') && !seen.has('a')) forbidden.push('loads the main ruleset (-f without -a)');
+  if (seen.has('F') && !seen.has('a')) forbidden.push('flushes without -a');
+  if (seen.has('d')) forbidden.push('disables pf (-d)');
+  return forbidden;
 }
 
 export interface PfctlResult {
@@ -160,6 +189,7 @@ export class PfctlModel {
     }
     this.state.log.push({
       argv: [...argv],
+      forbidden: findForbiddenPfctlForms(argv),
       exitCode: result.exitCode,
       pid,
       clock: this.state.clock,
@@ -967,6 +997,12 @@ class Invocation {
   /** `-s Anchors`: the anchor's direct children, `-v` all descendants (F93 pfctl_show_anchors). */
   private showAnchors(args: ParsedArgs): void {
     const paths = Object.keys(this.state.anchors);
+    if (
+      args.anchor !== MAIN &&
+      !paths.some((p) => p === args.anchor || p.startsWith(`${args.anchor}/`))
+    ) {
+      this.fail('pfctl: DIOCGETRULESETS: Invalid argument');
+    }
     const walk = (parent: string): void => {
       for (const child of listChildAnchors(paths, parent)) {
         this.stdout += `  ${child}\n`;
