@@ -98,5 +98,7 @@ export function startInternetSharing(
       '',
     ].join('\n'),
   );
+  // Its own enable reference: "each component which utilizes PF is responsible for enabling"
+  // it with -E (stock pf.conf); the process name is illustrative.
   model.run(['-E'], { pid: 401, processName: 'InternetSharing' });
 }

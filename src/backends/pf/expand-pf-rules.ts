@@ -103,8 +103,9 @@ export function expandPfConf(
         problem(table.line, `cannot load "${file}": No such file or directory`);
         continue;
       }
-      for (const word of text.split(/[\s,]+/)) {
-        const clean = word.replace(/#.*$/, '');
+      // pf.conf(5) TABLES: a file of addresses, separated by blanks or newlines, `#` comments.
+      const words = text.replace(/#[^\n]*/g, '').split(/[\s,]+/);
+      for (const clean of words) {
         if (clean === '') continue;
         const negated = clean.startsWith('!');
         const body = negated ? clean.slice(1) : clean;

@@ -237,6 +237,35 @@ describe('pfctl model: anchors and evaluation through the kernel state', () => {
     expect(model.forwardPacket(vmTo('192.0.2.80')).leaving?.source).toBe(VM);
   });
 
+  it('takes options from a main-ruleset load only, and tables from files', () => {
+    const model = new PfctlModel(
+      createPfctlModelState({
+        interfaces: { bridge100: ['192.168.64.1/22'], lo0: ['127.0.0.1/8'] },
+        files: {
+          '/etc/pf.conf': 'loop = "lo0"\nset skip on { $loop }\nblock in all\n',
+          '/etc/blocked.txt': '198.51.100.0/24\n# a comment\n!198.51.100.7\n',
+        },
+      }),
+    );
+    model.run(['-E']);
+    expect(model.run(['-f', '/etc/pf.conf']).exitCode).toBe(0);
+    expect(model.state.skip).toEqual(['lo0']);
+    const local = { family: 4 as const, source: 2130706433, destination: 2130706433, protocol: 6 };
+    expect(model.sendPacket({ ...local, direction: 'in', interface: 'lo0' }).decidedBy).toBe(
+      'skip',
+    );
+    expect(model.sendPacket({ ...local, direction: 'in', interface: 'bridge100' }).verdict).toBe(
+      'block',
+    );
+    // -a ignores options (F93 pfctl.c:2191).
+    model.run(['-a', 'x', '-f', '-'], { stdin: 'set skip on bridge100\npass in all\n' });
+    expect(model.state.skip).toEqual(['lo0']);
+    model.run(['-a', 'x', '-f', '-'], { stdin: 'table <b> file "/etc/blocked.txt"\n' });
+    expect(model.run(['-a', 'x', '-T', 'show', '-t', 'b']).stdout).toBe(
+      '   198.51.100.0/24\n  !198.51.100.7\n',
+    );
+  });
+
   it('flags the forms egressguard must never run (DESIGN.md §4 pf) in the log', () => {
     expect(findForbiddenPfctlForms(['-a', OURS, '-f', '/x'])).toEqual([]);
     expect(findForbiddenPfctlForms(['-n', '-a', OURS, '-f', '/x'])).toEqual([]);

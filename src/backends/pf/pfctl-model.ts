@@ -1,4 +1,4 @@
-import { parseAddress, parsePrefix, type Family } from '../../core/index.js';
+import { parseAddress, parsePrefix, prefixEnd, type Family } from '../../core/index.js';
 import {
   concatRulesets,
   loadPfConfText,
@@ -25,6 +25,7 @@ import {
   PF_RULESET_NAMES,
   type PfKernelRule,
   type PfKernelRulesets,
+  type PfOption,
   type PfRulesetName,
   type PfTableEntry,
 } from './pf-rules.js';
@@ -242,6 +243,8 @@ export class PfctlModel {
       states: [],
       skip: [],
       statePolicy: 'floating',
+      tickets: {},
+      collisions: {},
     });
     this.cache.clear();
   }
@@ -537,6 +540,14 @@ const NOT_LOADED = 'pfctl: Syntax error in config file: pf rules not loaded\n';
 
 type Transaction = { anchor: string; rules: number; tables: number }[];
 
+interface LoadedFile {
+  readonly anchor: string;
+  readonly file: string;
+  readonly text: string;
+  readonly load: PfAnchorLoad;
+  readonly options: readonly PfOption[];
+}
+
 interface ParsedArgs {
   anchor: string;
   flags: Set<string>;
@@ -750,7 +761,7 @@ class Invocation {
     // `load anchor` of a main-ruleset load (F93 pfctl.c pfctl_rules; pfctl_ruleset_trans
     // 1235-1261 begins the elements of each anchor as it is reached).
     const transaction: Transaction = [];
-    const loads: { anchor: string; file: string; text: string; load: PfAnchorLoad }[] = [];
+    const loads: LoadedFile[] = [];
     const problems: string[] = [];
 
     const loadOne = (
@@ -785,7 +796,13 @@ class Invocation {
           }
         }
       }
-      loads.push({ anchor, file: shown, text: body, load: loaded.load });
+      loads.push({
+        anchor,
+        file: shown,
+        text: body,
+        load: loaded.load,
+        options: loaded.conf.options,
+      });
       // `load anchor` is processed only for the main ruleset (pfctl.c:1505-1507): in an anchor
       // file loaded with -a it is silently ignored (NOTES §2).
       return main && anchor === MAIN ? loaded.conf.loadAnchors : [];
@@ -855,15 +872,7 @@ class Invocation {
    * counters. The main ruleset's options apply only from a main load (-a ignores options,
    * F93 pfctl.c:2191).
    */
-  private commit(
-    {
-      anchor,
-      file,
-      text,
-      load,
-    }: { anchor: string; file: string; text: string; load: PfAnchorLoad },
-    isMain: boolean,
-  ): void {
+  private commit({ anchor, file, text, load, options }: LoadedFile, isMain: boolean): void {
     const target = this.model.anchorFor(anchor);
     target.sources = [{ file, text, interfaces: { ...this.state.interfaces } }];
     target.flushed = [];
@@ -885,9 +894,17 @@ class Invocation {
     this.model.forget(anchor);
     this.model.resetCounters(anchor);
     if (isMain) {
-      const options = loadOptions(text);
-      this.state.skip = options.skip;
-      this.state.statePolicy = options.statePolicy;
+      // Options come from a main-ruleset load only (-a ignores them, F93 pfctl.c:2191).
+      this.state.skip = [];
+      this.state.statePolicy = 'floating';
+      for (const option of options) {
+        if (option.name === 'skip') {
+          this.state.skip = option.value.filter((w) => !['on', '{', '}', ','].includes(w));
+        }
+        if (option.name === 'state-policy') {
+          this.state.statePolicy = option.value[0] === 'if-bound' ? 'if-bound' : 'floating';
+        }
+      }
     }
   }
 
@@ -1035,7 +1052,7 @@ class Invocation {
       if (prefix.family !== family) return false;
       const value = parseAddress(text)?.value;
       if (value === undefined) return false;
-      const end = parsePrefixEnd(prefix);
+      const end = prefixEnd(prefix);
       return value >= prefix.start && value <= end;
     };
     let killed = 0;
@@ -1101,28 +1118,6 @@ class Invocation {
       { add: 'added', delete: 'deleted', replace: 'replaced', flush: 'deleted' }[command] ?? '';
     this.stderr += `${changed}/${command === 'flush' ? target.entries.length : addresses.length} addresses ${verb}.\n`;
   }
-}
-
-function parsePrefixEnd(prefix: {
-  family: Family;
-  start: number | bigint;
-  length: number;
-}): number | bigint {
-  if (prefix.family === 4) return (prefix.start as number) + 2 ** (32 - prefix.length) - 1;
-  return (prefix.start as bigint) + (1n << BigInt(128 - prefix.length)) - 1n;
-}
-
-function loadOptions(text: string): { skip: string[]; statePolicy: 'floating' | 'if-bound' } {
-  let skip: string[] = [];
-  let statePolicy: 'floating' | 'if-bound' = 'floating';
-  for (const line of text.split('\n')) {
-    const skipMatch = /^\s*set\s+skip\s+on\s+(.*)$/.exec(line);
-    if (skipMatch !== null)
-      skip = (skipMatch[1] ?? '').replace(/[{},]/g, ' ').split(/\s+/).filter(Boolean);
-    const policy = /^\s*set\s+state-policy\s+(if-bound|floating)/.exec(line);
-    if (policy !== null) statePolicy = policy[1] as 'floating' | 'if-bound';
-  }
-  return { skip, statePolicy };
 }
 
 function formatUptime(seconds: number): string {
