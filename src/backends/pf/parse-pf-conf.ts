@@ -181,7 +181,7 @@ type RuleState = (typeof RULE_STATE)[keyof typeof RULE_STATE];
 const ORDER_MESSAGE =
   'Rules must be in order: options, normalization, queueing, translation, filtering';
 
-class SyntaxError_ extends Error {
+class PfConfSyntaxError extends Error {
   constructor(
     readonly line: number,
     message = 'syntax error',
@@ -298,7 +298,7 @@ class Lexer {
         while (/[A-Za-z0-9_]/.test(this.char())) name += this.advance();
         const value = this.macros.get(name);
         if (value === undefined) {
-          throw new SyntaxError_(line, `macro '${name}' not defined`);
+          throw new PfConfSyntaxError(line, `macro '${name}' not defined`);
         }
         this.pushed.push({ text: value, pos: 0 });
         continue;
@@ -403,14 +403,14 @@ class Parser {
   }
 
   private report(error: unknown): void {
-    if (!(error instanceof SyntaxError_)) throw error;
+    if (!(error instanceof PfConfSyntaxError)) throw error;
     this.problems.push({ file: this.file, line: error.line, message: error.message });
     this.lexer.skipLine();
     if (this.lexer.peek().kind === 'nl') this.lexer.next();
   }
 
   private fail(token: Token, message?: string): never {
-    throw new SyntaxError_(token.line, message);
+    throw new PfConfSyntaxError(token.line, message);
   }
 
   private endOfStatement(): void {
@@ -459,7 +459,8 @@ class Parser {
   }
 
   private checkOrder(state: RuleState, line: number): void {
-    if (this.requireOrder && this.ruleState > state) throw new SyntaxError_(line, ORDER_MESSAGE);
+    if (this.requireOrder && this.ruleState > state)
+      throw new PfConfSyntaxError(line, ORDER_MESSAGE);
     this.ruleState = state;
   }
 
@@ -1179,8 +1180,8 @@ function parsePortValue(text: string, line: number): PfPort {
     return { op: ':', low, high };
   }
   const n = /^\d+$/.test(text) ? Number(text) : SERVICES[text];
-  if (n === undefined) throw new SyntaxError_(line, `unknown port ${text}`);
-  if (n > 65535) throw new SyntaxError_(line, `illegal port value ${text}`);
+  if (n === undefined) throw new PfConfSyntaxError(line, `unknown port ${text}`);
+  if (n > 65535) throw new PfConfSyntaxError(line, `illegal port value ${text}`);
   return { op: '=', low: n, high: n };
 }
 
@@ -1188,7 +1189,7 @@ function checkAnchorName(token: Token): void {
   // parse.y:786-791: names starting with "_" are reserved for pfctl's own use.
   const last = token.text.replace(/\/\*$/, '').split('/').pop() ?? '';
   if (last.startsWith('_'))
-    throw new SyntaxError_(
+    throw new PfConfSyntaxError(
       token.line,
       "anchor names beginning with '_' are reserved for internal use",
     );

@@ -416,6 +416,41 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
     ).toBe('bridge100');
   });
 
+  it('keeps IPv6 states too: the reply matches the state created on the way in', () => {
+    const view = viewOf({
+      '': 'block in all\npass in quick on bridge100 inet6 from 2001:db8:64::/64\n',
+    });
+    const states = createPfStateTable();
+    const v6 = (text: string): bigint => {
+      const parsed = parseAddress(text);
+      if (parsed?.family !== 6) throw new Error(text);
+      return parsed.value;
+    };
+    const out = evaluatePfPacket(view, states, {
+      direction: 'in',
+      interface: 'bridge100',
+      family: 6,
+      source: v6('2001:db8:64::5'),
+      destination: v6('2001:db8:1::1'),
+      protocol: 17,
+      sourcePort: 5353,
+      destinationPort: 53,
+    });
+    expect(out.stateCreated?.ext.address).toBe('2001:db8:64::5');
+    const reply = evaluatePfPacket(view, states, {
+      direction: 'out',
+      interface: 'bridge100',
+      family: 6,
+      source: v6('2001:db8:1::1'),
+      destination: v6('2001:db8:64::5'),
+      protocol: 17,
+      sourcePort: 53,
+      destinationPort: 5353,
+    });
+    expect(reply.decidedBy).toBe('state');
+    expect(reply.packet.destination).toBe(v6('2001:db8:64::5'));
+  });
+
   it('no state and block rules create no state; block return is reported', () => {
     const view = viewOf({ '': 'pass in all no state\nblock return in to 198.51.100.0/24\n' });
     const states = createPfStateTable();

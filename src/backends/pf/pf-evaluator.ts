@@ -1,4 +1,10 @@
-import { formatAddress, prefixEnd, type Family, type Prefix } from '../../core/index.js';
+import {
+  formatAddress,
+  parseAddress,
+  prefixEnd,
+  type Family,
+  type Prefix,
+} from '../../core/index.js';
 import { interfacePrefixes, type PfAnchorLoad, type PfInterfaces } from './expand-pf-rules.js';
 import type {
   PfAddress,
@@ -645,21 +651,9 @@ function withDestination(packet: PfPacket, endpoint: PfStateEndpoint): PfPacket 
 }
 
 function parseEndpointAddress(family: Family, text: string): number | bigint {
-  if (family === 4) {
-    return text.split('.').reduce((value, octet) => value * 256 + Number(octet), 0);
-  }
-  // Canonical text from formatAddress: expand "::" and read the groups.
-  const [head = '', tail = ''] = text.includes('::') ? text.split('::') : [text, ''];
-  const headGroups = head === '' ? [] : head.split(':');
-  const tailGroups = tail === '' ? [] : tail.split(':');
-  const groups = text.includes('::')
-    ? [
-        ...headGroups,
-        ...Array<string>(8 - headGroups.length - tailGroups.length).fill('0'),
-        ...tailGroups,
-      ]
-    : headGroups;
-  return groups.reduce((value, group) => (value << 16n) | BigInt(parseInt(group, 16)), 0n);
+  const parsed = parseAddress(text);
+  if (parsed?.family !== family) throw new Error(`State address "${text}" is not IPv${family}`);
+  return parsed.value;
 }
 
 function insertState(
