@@ -72,6 +72,17 @@ describe('pfctl model: enable references (XNU pf_ioctl.c, NOTES §3)', () => {
     expect(model.run(['-X', token]).exitCode).toBe(1);
     expect(model.run(['-d'])).toMatchObject({ exitCode: 1, stderr: 'pfctl: pf not enabled\n' });
   });
+
+  it('-E after -f in one call enables only when the load succeeded (F93 pfctl.c main order)', () => {
+    const model = new PfctlModel(createPfctlModelState());
+    const failed = model.run(['-E', '-a', 'x', '-f', '-'], { stdin: 'pass out bogus\n' });
+    expect(failed.exitCode).toBe(1);
+    expect(model.state.tokens).toHaveLength(0);
+    expect(model.state.enabled).toBe(false);
+    const loaded = model.run(['-E', '-a', 'x', '-f', '-'], { stdin: 'pass out all\n' });
+    expect(loaded.exitCode).toBe(0);
+    expect(model.state.tokens).toHaveLength(1);
+  });
 });
 
 describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {

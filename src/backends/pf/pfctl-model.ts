@@ -584,22 +584,26 @@ class Invocation {
       // F93 pfctl.c main: reserved names cannot be touched from the command line.
       this.fail("pfctl: anchor names beginning with '_' cannot be modified from the command line");
     }
-    // Under -n pfctl masks -e/-d and drops -s/-F/-x (F93 pfctl.c:2193-2205, NOTES §2).
+    // The order of F93 pfctl.c main: -d, -s, -F, -k, -K, -T, -f, then -e. Apple's -X and -E sit
+    // with -d and -e (an assumption: Apple's pfctl source is not public, NOTES §0). Under -n
+    // pfctl masks -e/-d and drops -s/-F/-x (F93 pfctl.c:2193-2205, NOTES §2).
     if (!noAction) {
       if (args.flags.has('d')) this.disable();
-      if (args.flags.has('e')) this.enable();
-      if (args.flags.has('E')) this.enableWithToken();
       if (args.release !== null) this.releaseToken(args.release);
+      if (args.show !== null) this.show(args);
       if (args.flush !== null) this.flush(args);
-    }
-    if (args.file !== null) this.loadFile(args, noAction);
-    if (!noAction && args.show !== null) this.show(args);
-    if (!noAction && args.kill.length > 0) this.killStates(args.kill);
-    if (!noAction && args.killSources.length > 0) {
-      // `-K`: source-tracking nodes, which the model does not keep (F93 pfctl_kill_src_nodes).
-      this.stderr += `killed 0 src nodes from 1 sources and ${args.killSources.length > 1 ? 1 : 0} destinations\n`;
+      if (args.kill.length > 0) this.killStates(args.kill);
+      if (args.killSources.length > 0) {
+        // `-K`: source-tracking nodes, which the model does not keep (F93 pfctl_kill_src_nodes).
+        this.stderr += `killed 0 src nodes from 1 sources and ${args.killSources.length > 1 ? 1 : 0} destinations\n`;
+      }
     }
     if (args.tableCommand !== null) this.tableCommand(args, noAction);
+    if (args.file !== null) this.loadFile(args, noAction);
+    if (!noAction) {
+      if (args.flags.has('e')) this.enable();
+      if (args.flags.has('E')) this.enableWithToken();
+    }
     return { exitCode: 0, stdout: this.stdout, stderr: this.stderr };
   }
 
