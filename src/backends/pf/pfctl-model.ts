@@ -34,8 +34,29 @@ import {
  * A MODEL of macOS pfctl and of the kernel pf state it drives — not pfctl. pf does not run on
  * Linux; this reproduces the documented behaviour egressguard depends on, each behaviour with its
  * source: NOTES.md (shared/reference/pf, "F93" = FreeBSD 9.3 pfctl, "XNU" = xnu-11417.101.15),
- * pfctl(8), pf.conf(5), and the seed incident (DESIGN.md §1A). Anything not listed here fails
- * with "pfctl-model: … is not modelled" (exit 2) rather than pretending.
+ * pfctl(8), pf.conf(5), and the seed incident (DESIGN.md §1A). Options it does not model fail
+ * with "pfctl-model: … is not modelled" (exit 2) rather than pretending. What it models:
+ *
+ * - `-f FILE|-` on the main ruleset: one transaction for the file and each `load anchor`
+ *   (NOTES §4; F93 pfctl_ruleset_trans 1235-1261); rolled back on any error, printing
+ *   `pfctl: Syntax error in config file: pf rules not loaded` (F93 pfctl.c ERRX); replaces the
+ *   main ruleset, so rules system services inserted are gone (stock pf.conf's warning);
+ *   prints macOS's "Use of -f option" warning and the ALTQ notice (public macOS output).
+ * - per-anchor rule and table tickets; a table defined with a stale ticket is
+ *   `cannot define table NAME: Resource busy` (NOTES §4: pfr_ina_define, parse.y:4546-4550),
+ *   a stale commit `DIOCXCOMMIT: Resource busy` (pf_ioctl.c:4303-4331); two `load anchor` lines
+ *   for one anchor collide, and so does another process (`injectTransactionCollision`).
+ * - `-a ANCHOR -f FILE`: that anchor alone (rules of every ruleset, tables), `load anchor` and
+ *   options ignored (NOTES §2, pfctl.c:1505-1507, :2191).
+ * - `-n`: parse only, no ticket, no table (NOTES §2); EXCEPT, UNVERIFIED, a main-ruleset `-nf`
+ *   begins each load anchor's transaction and defines its tables, as the field report saw it.
+ * - `-E`/`-X`/`-s References`/`-e`/`-d`: XNU pf_ioctl.c tokens and reference count (NOTES §3).
+ * - `-s rules|nat|Anchors|Tables|References|info|states`, `-v` counters (F93 print formats), the
+ *   counters moved by packets sent through the pf evaluator (`sendPacket`, `forwardPacket`).
+ * - `-F rules|nat|Tables|states|all` with and without `-a` (F93 pfctl.c main), `-k`, `-K`,
+ *   `-T show|add|delete|replace|flush`.
+ * - UNVERIFIED wording (no macOS source): the `-E`/`-X` messages, the `-s References` columns,
+ *   the EINVAL text of an unknown token, the order of -E/-X among the other options.
  *
  * Driven by argv (plus stdin for `-f -`), it returns `{ exitCode, stdout, stderr }` shaped like
  * pfctl's, and records every call in an invocation log for audits. Its state is JSON
