@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { parseIpv4 } from '../../core/index.js';
 import { bootMacosPfHost, createMacosPfHost, readStockPfFiles } from './create-macos-pf-host.js';
-import type { PfctlModel } from './pfctl-model.js';
+import { PFCTL_LOAD_WARNING, type PfctlModel } from './pfctl-model.js';
 
 // The seed incident (DESIGN.md §1A), replayed against the pfctl model. The old installer put an
 // anchor with tables into /etc/pf.anchors/egressguard, hooked it into /etc/pf.conf with
@@ -142,7 +142,7 @@ block in quick on bridge100 inet from <vm_sources> to <blocked_destinations> lab
     expect(model.state.tickets).toEqual(tickets);
     for (let i = 0; i < 100; i++) {
       const load = model.run(['-a', 'egressguard', '-f', '/tmp/eg.anchor']);
-      expect(load).toEqual({ exitCode: 0, stdout: '', stderr: '' });
+      expect(load).toEqual({ exitCode: 0, stdout: '', stderr: PFCTL_LOAD_WARNING });
     }
     expect(model.forwardPacket(vmPacket(BLOCKED)).verdict).toBe('block');
   });

@@ -6,7 +6,12 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseIpv4 } from '../../core/index.js';
 import { createMacosPfHost, startInternetSharing } from './create-macos-pf-host.js';
-import { createPfctlModelState, findForbiddenPfctlForms, PfctlModel } from './pfctl-model.js';
+import {
+  createPfctlModelState,
+  findForbiddenPfctlForms,
+  PFCTL_LOAD_WARNING,
+  PfctlModel,
+} from './pfctl-model.js';
 import { readPfctlModelState, writePfctlModelState } from './pfctl-model-store.js';
 import { runPfctlModelShim } from './pfctl-model-shim.js';
 
@@ -21,7 +26,7 @@ pass in quick on bridge100 inet from <vm_sources> to any label "eg:r2"
 function hostWithAnchor(text = ANCHOR): PfctlModel {
   const model = createMacosPfHost({ files: { '/var/db/egressguard/anchor.pf': text } });
   const load = model.run(['-a', OURS, '-f', '/var/db/egressguard/anchor.pf']);
-  expect(load).toEqual({ exitCode: 0, stdout: '', stderr: '' });
+  expect(load).toEqual({ exitCode: 0, stdout: '', stderr: PFCTL_LOAD_WARNING });
   return model;
 }
 
@@ -119,7 +124,7 @@ describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {
     expect(broken).toEqual({
       exitCode: 1,
       stdout: '',
-      stderr: 'stdin:2: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n',
+      stderr: `${PFCTL_LOAD_WARNING}stdin:2: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n`,
     });
     expect(JSON.stringify(model.state.anchors)).toBe(before);
   });
@@ -150,14 +155,18 @@ describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {
     const collided = model.run(['-a', OURS, '-f', '/var/db/egressguard/anchor.pf']);
     expect(collided.exitCode).toBe(1);
     expect(collided.stderr).toBe(
-      '/var/db/egressguard/anchor.pf:1: cannot define table vm_sources: Resource busy\n' +
+      PFCTL_LOAD_WARNING +
+        '/var/db/egressguard/anchor.pf:1: cannot define table vm_sources: Resource busy\n' +
         '/var/db/egressguard/anchor.pf:2: cannot define table blocked: Resource busy\n' +
         'pfctl: Syntax error in config file: pf rules not loaded\n',
     );
     // An anchor file without tables passes the definitions and fails at commit instead.
     model.injectTransactionCollision(OURS);
     const commit = model.run(['-a', OURS, '-f', '-'], { stdin: 'pass out all\n' });
-    expect(commit).toMatchObject({ exitCode: 1, stderr: 'pfctl: DIOCXCOMMIT: Resource busy\n' });
+    expect(commit).toMatchObject({
+      exitCode: 1,
+      stderr: `${PFCTL_LOAD_WARNING}pfctl: DIOCXCOMMIT: Resource busy\n`,
+    });
     expect(model.run(['-a', OURS, '-sr']).stdout).toContain('eg:r2'); // unchanged
   });
 
@@ -385,7 +394,7 @@ describe('pfctl model shim: the model from a separate process', () => {
     });
     expect(bad.status).toBe(1);
     expect(bad.stderr.toString()).toBe(
-      'stdin:1: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n',
+      `${PFCTL_LOAD_WARNING}stdin:1: syntax error\npfctl: Syntax error in config file: pf rules not loaded\n`,
     );
   });
 });
