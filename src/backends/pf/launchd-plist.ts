@@ -1,0 +1,327 @@
+import { SaxesParser } from 'saxes';
+
+/**
+ * LaunchDaemon property lists (launchd.plist(5)): the resident re-converge daemon (re-arms pf at
+ * boot and every minute after a flush, a reboot or a renumbered interface) and the one-shot
+ * confirm-or-revert timer (fires once after the confirm window unless egressguard removes it on
+ * `confirm`). Rendered by hand — a plist is a few elements — and checked by `lintLaunchdPlist`
+ * with a real XML parser, with the rules `plutil -lint` applies plus launchd's key types.
+ */
+
+export interface LaunchDaemon {
+  readonly label: string;
+  readonly programArguments: readonly string[];
+  readonly runAtLoad?: boolean;
+  readonly startInterval?: number;
+  readonly launchOnlyOnce?: boolean;
+  readonly keepAlive?: boolean;
+  readonly standardOutPath?: string;
+  readonly standardErrorPath?: string;
+  readonly environmentVariables?: Readonly<Record<string, string>>;
+  readonly processType?: 'Background' | 'Standard' | 'Adaptive' | 'Interactive';
+}
+
+/** Re-arms at boot (RunAtLoad) and re-converges every `intervalSeconds` (StartInterval). */
+export function createReconvergeDaemon(options: {
+  label: string;
+  programArguments: readonly string[];
+  intervalSeconds?: number;
+  logPath?: string;
+}): LaunchDaemon {
+  return {
+    label: options.label,
+    programArguments: options.programArguments,
+    runAtLoad: true,
+    startInterval: options.intervalSeconds ?? 60,
+    processType: 'Background',
+    ...(options.logPath === undefined
+      ? {}
+      : { standardOutPath: options.logPath, standardErrorPath: options.logPath }),
+  };
+}
+
+/**
+ * The out-of-process confirm timer: runs once, `delaySeconds` after it is loaded (StartInterval
+ * with RunAtLoad false), never again in this boot (LaunchOnlyOnce). `confirm` boots it out and
+ * deletes it; if nobody confirms, it runs the revert.
+ */
+export function createConfirmRevertDaemon(options: {
+  label: string;
+  programArguments: readonly string[];
+  delaySeconds: number;
+}): LaunchDaemon {
+  return {
+    label: options.label,
+    programArguments: options.programArguments,
+    runAtLoad: false,
+    startInterval: options.delaySeconds,
+    launchOnlyOnce: true,
+    processType: 'Background',
+  };
+}
+
+export function renderLaunchDaemonPlist(daemon: LaunchDaemon): string {
+  const entries: string[] = [];
+  const add = (key: string, value: string): void => {
+    entries.push(`\t<key>${escapeXml(key)}</key>`, value);
+  };
+  add('Label', `\t<string>${escapeXml(daemon.label)}</string>`);
+  add(
+    'ProgramArguments',
+    [
+      '\t<array>',
+      ...daemon.programArguments.map((a) => `\t\t<string>${escapeXml(a)}</string>`),
+      '\t</array>',
+    ].join('\n'),
+  );
+  if (daemon.runAtLoad !== undefined) add('RunAtLoad', `\t<${daemon.runAtLoad}/>`);
+  if (daemon.startInterval !== undefined) {
+    if (!Number.isInteger(daemon.startInterval) || daemon.startInterval < 1) {
+      throw new RangeError(`StartInterval must be a positive integer, not ${daemon.startInterval}`);
+    }
+    add('StartInterval', `\t<integer>${daemon.startInterval}</integer>`);
+  }
+  if (daemon.launchOnlyOnce !== undefined) add('LaunchOnlyOnce', `\t<${daemon.launchOnlyOnce}/>`);
+  if (daemon.keepAlive !== undefined) add('KeepAlive', `\t<${daemon.keepAlive}/>`);
+  if (daemon.processType !== undefined)
+    add('ProcessType', `\t<string>${daemon.processType}</string>`);
+  if (daemon.standardOutPath !== undefined)
+    add('StandardOutPath', `\t<string>${escapeXml(daemon.standardOutPath)}</string>`);
+  if (daemon.standardErrorPath !== undefined)
+    add('StandardErrorPath', `\t<string>${escapeXml(daemon.standardErrorPath)}</string>`);
+  if (daemon.environmentVariables !== undefined) {
+    const pairs = Object.entries(daemon.environmentVariables).sort(([a], [b]) =>
+      a < b ? -1 : a > b ? 1 : 0,
+    );
+    add(
+      'EnvironmentVariables',
+      [
+        '\t<dict>',
+        ...pairs.flatMap(([k, v]) => [
+          `\t\t<key>${escapeXml(k)}</key>`,
+          `\t\t<string>${escapeXml(v)}</string>`,
+        ]),
+        '\t</dict>',
+      ].join('\n'),
+    );
+  }
+  return [
+    '<?xml version="1.0" encoding="UTF-8"?>',
+    '<!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">',
+    '<plist version="1.0">',
+    '<dict>',
+    ...entries,
+    '</dict>',
+    '</plist>',
+    '',
+  ].join('\n');
+}
+
+function escapeXml(text: string): string {
+  return text
+    .replace(/&/g, '&amp;')
+    .replace(/</g, '&lt;')
+    .replace(/>/g, '&gt;')
+    .replace(/"/g, '&quot;');
+}
+
+interface XmlElement {
+  readonly name: string;
+  readonly attributes: Readonly<Record<string, string>>;
+  readonly children: XmlElement[];
+  text: string;
+  readonly line: number;
+}
+
+type PlistValue =
+  | { kind: 'string' | 'integer' | 'real' | 'date' | 'data'; text: string }
+  | { kind: 'bool'; value: boolean }
+  | { kind: 'array'; items: PlistValue[] }
+  | { kind: 'dict'; entries: Map<string, PlistValue> };
+
+/** launchd.plist(5) keys egressguard may write, with their types. */
+const LAUNCHD_KEYS: Readonly<Record<string, PlistValue['kind'] | 'string-array' | 'string-dict'>> =
+  {
+    Label: 'string',
+    Program: 'string',
+    ProgramArguments: 'string-array',
+    RunAtLoad: 'bool',
+    StartInterval: 'integer',
+    LaunchOnlyOnce: 'bool',
+    KeepAlive: 'bool',
+    StandardOutPath: 'string',
+    StandardErrorPath: 'string',
+    EnvironmentVariables: 'string-dict',
+    ProcessType: 'string',
+    ThrottleInterval: 'integer',
+    WorkingDirectory: 'string',
+    UserName: 'string',
+    AbandonProcessGroup: 'bool',
+  };
+
+/**
+ * Checks a LaunchDaemon plist the way `plutil -lint` does (well-formed XML, one `plist` root of
+ * version 1.0 holding one value, dict keys followed by values, integers that parse, booleans as
+ * `<true/>`/`<false/>`), then launchd's rules: a dict with a string Label, ProgramArguments an
+ * array of strings (or Program), each known key of its type, StartInterval positive. Returns
+ * problems, empty when the plist is valid.
+ */
+export function lintLaunchdPlist(xml: string): string[] {
+  const problems: string[] = [];
+  const root = parseXml(xml, problems);
+  if (root === null) return problems;
+  if (root.name !== 'plist') return [...problems, `root element is <${root.name}>, not <plist>`];
+  if (root.attributes['version'] !== undefined && root.attributes['version'] !== '1.0') {
+    problems.push(`plist version is "${root.attributes['version']}", not "1.0"`);
+  }
+  if (root.children.length !== 1) {
+    return [...problems, `<plist> holds ${root.children.length} values, not 1`];
+  }
+  const value = readValue(root.children[0] as XmlElement, problems);
+  if (value === null) return problems;
+  if (value.kind !== 'dict') return [...problems, `the top-level value is ${value.kind}, not dict`];
+  const label = value.entries.get('Label');
+  if (label?.kind !== 'string' || label.text === '')
+    problems.push('Label is missing or not a string');
+  if (!value.entries.has('ProgramArguments') && !value.entries.has('Program')) {
+    problems.push('neither ProgramArguments nor Program is set');
+  }
+  for (const [key, entry] of value.entries) {
+    const expected = LAUNCHD_KEYS[key];
+    if (expected === undefined) {
+      problems.push(`unknown launchd key "${key}"`);
+      continue;
+    }
+    if (expected === 'string-array') {
+      if (
+        entry.kind !== 'array' ||
+        entry.items.length === 0 ||
+        entry.items.some((i) => i.kind !== 'string')
+      ) {
+        problems.push(`${key} must be a non-empty array of strings`);
+      }
+    } else if (expected === 'string-dict') {
+      if (entry.kind !== 'dict' || [...entry.entries.values()].some((v) => v.kind !== 'string')) {
+        problems.push(`${key} must be a dict of strings`);
+      }
+    } else if (entry.kind !== expected) {
+      const article = { bool: 'a boolean', integer: 'an integer' }[expected as string];
+      problems.push(`${key} must be ${article ?? `a ${expected}`}, not ${entry.kind}`);
+    }
+  }
+  const interval = value.entries.get('StartInterval');
+  if (interval?.kind === 'integer' && Number(interval.text) < 1) {
+    problems.push('StartInterval must be a positive number of seconds');
+  }
+  return problems;
+}
+
+function parseXml(xml: string, problems: string[]): XmlElement | null {
+  const parser = new SaxesParser({ xmlns: false, position: true });
+  const stack: XmlElement[] = [];
+  let root: XmlElement | null = null;
+  parser.on('error', (error) => {
+    problems.push(`not well-formed XML: ${error.message}`);
+  });
+  parser.on('opentag', (tag) => {
+    const attributes: Record<string, string> = {};
+    for (const [name, value] of Object.entries(tag.attributes)) attributes[name] = value;
+    const element: XmlElement = {
+      name: tag.name,
+      attributes,
+      children: [],
+      text: '',
+      line: parser.line,
+    };
+    const parent = stack[stack.length - 1];
+    if (parent === undefined) root = element;
+    else parent.children.push(element);
+    stack.push(element);
+  });
+  parser.on('text', (text) => {
+    const current = stack[stack.length - 1];
+    if (current !== undefined) current.text += text;
+  });
+  parser.on('closetag', () => {
+    stack.pop();
+  });
+  try {
+    parser.write(xml).close();
+  } catch (error) {
+    problems.push(`not well-formed XML: ${(error as Error).message}`);
+  }
+  return problems.length > 0 ? null : root;
+}
+
+function readValue(element: XmlElement, problems: string[]): PlistValue | null {
+  const where = `line ${element.line}`;
+  switch (element.name) {
+    case 'string':
+    case 'date':
+    case 'data':
+    case 'real':
+    case 'integer': {
+      if (element.children.length > 0) {
+        problems.push(`<${element.name}> holds elements (${where})`);
+        return null;
+      }
+      const text = element.text;
+      if (element.name === 'integer' && !/^\s*[+-]?(\d+|0x[0-9a-fA-F]+)\s*$/.test(text)) {
+        problems.push(`<integer> "${text}" is not an integer (${where})`);
+        return null;
+      }
+      if (element.name === 'real' && !Number.isFinite(Number(text.trim()))) {
+        problems.push(`<real> "${text}" is not a number (${where})`);
+        return null;
+      }
+      if (element.name === 'date' && !/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$/.test(text.trim())) {
+        problems.push(`<date> "${text}" is not an ISO 8601 UTC date (${where})`);
+        return null;
+      }
+      return { kind: element.name, text };
+    }
+    case 'true':
+    case 'false':
+      if (element.children.length > 0 || element.text.trim() !== '') {
+        problems.push(`<${element.name}/> must be empty (${where})`);
+        return null;
+      }
+      return { kind: 'bool', value: element.name === 'true' };
+    case 'array': {
+      const items: PlistValue[] = [];
+      for (const child of element.children) {
+        const item = readValue(child, problems);
+        if (item === null) return null;
+        items.push(item);
+      }
+      return { kind: 'array', items };
+    }
+    case 'dict': {
+      const entries = new Map<string, PlistValue>();
+      const children = element.children;
+      for (let i = 0; i < children.length; i += 2) {
+        const key = children[i] as XmlElement;
+        const value = children[i + 1];
+        if (key.name !== 'key') {
+          problems.push(`<dict> has <${key.name}> where a <key> belongs (line ${key.line})`);
+          return null;
+        }
+        if (value === undefined) {
+          problems.push(`<key>${key.text}</key> has no value (line ${key.line})`);
+          return null;
+        }
+        if (entries.has(key.text)) {
+          problems.push(`<key>${key.text}</key> appears twice (line ${key.line})`);
+          return null;
+        }
+        const parsed = readValue(value, problems);
+        if (parsed === null) return null;
+        entries.set(key.text, parsed);
+      }
+      return { kind: 'dict', entries };
+    }
+    default:
+      problems.push(`<${element.name}> is not a property list type (${where})`);
+      return null;
+  }
+}

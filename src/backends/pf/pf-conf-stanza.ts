@@ -1,0 +1,162 @@
+/**
+ * The optional pf.conf stanza, as ONE marked block that egressguard owns:
+ *
+ *     # BEGIN egressguard (managed by egressguard; edits are replaced)
+ *     anchor "egressguard"
+ *     # END egressguard
+ *
+ * Installing is idempotent (twice gives one block), migrates older unmarked lines that name our
+ * anchor (`anchor "egressguard"`, `load anchor "egressguard" from …`), removes duplicates (a
+ * duplicated block once made pfctl reject the whole ruleset and NAT silently stopped, DESIGN.md
+ * §1A), and leaves every other byte of the file as it was (Apple's stock file has a trailing space
+ * on line 12, kept). pf requires rules in order — options, normalization, queueing, translation,
+ * filtering (F93 parse.y check_rulestate) — so the block goes where its lines are in order with
+ * their neighbours, or the install is refused as a problem and nothing changes.
+ */
+
+export const STANZA_BEGIN = '# BEGIN egressguard (managed by egressguard; edits are replaced)';
+export const STANZA_END = '# END egressguard';
+
+export interface PfConfStanzaResult {
+  readonly text: string;
+  readonly changed: boolean;
+  /** Lines removed from outside the block (older or duplicated stanzas), 1-based. */
+  readonly migrated: readonly { readonly line: number; readonly text: string }[];
+}
+
+export interface PfConfStanzaProblem {
+  readonly line: number | null;
+  readonly message: string;
+}
+
+type Outcome =
+  { ok: true; result: PfConfStanzaResult } | { ok: false; problem: PfConfStanzaProblem };
+
+/** Installs (or refreshes) the marked block holding `lines` for `anchor`. */
+export function installPfConfStanza(
+  text: string,
+  stanza: { anchor: string; lines: readonly string[] },
+): Outcome {
+  return rewrite(text, stanza.anchor, stanza.lines);
+}
+
+/** Removes the marked block and every older line that names `anchor`. */
+export function removePfConfStanza(text: string, anchor: string): Outcome {
+  return rewrite(text, anchor, null);
+}
+
+/** F93 parse.y PFCTL_STATE_*; `dummynet-anchor` between translation and filtering (Apple, unverified). */
+const CLASSES: readonly [RegExp, number][] = [
+  [/^set\b/, 1],
+  [/^(scrub|scrub-anchor)\b/, 2],
+  [/^(no\s+)?(nat|rdr|binat)\b|^(nat|rdr|binat)-anchor\b/, 4],
+  [/^dummynet-anchor\b/, 5],
+  [/^(pass|block|anchor|antispoof)\b/, 6],
+];
+
+function ruleClass(line: string): number | null {
+  const statement = line.replace(/#.*$/, '').trim();
+  for (const [pattern, value] of CLASSES) if (pattern.test(statement)) return value;
+  return null;
+}
+
+function namesAnchor(line: string, anchor: string): boolean {
+  const statement = line.replace(/#.*$/, '').trim();
+  const name = escapeRegExp(anchor);
+  const quoted = `"?${name}(/[^"\\s]*)?"?`;
+  return (
+    new RegExp(`^(nat-|rdr-|binat-|scrub-|dummynet-)?anchor\\s+${quoted}(\\s|$)`).test(statement) ||
+    new RegExp(`^load\\s+anchor\\s+${quoted}\\s+from\\s`).test(statement)
+  );
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+function rewrite(text: string, anchor: string, lines: readonly string[] | null): Outcome {
+  // Lines with their own endings, so untouched lines are copied byte for byte.
+  const source = text.match(/[^\n]*\n|[^\n]+$/g) ?? [];
+  const newline = text.includes('\r\n') ? '\r\n' : '\n';
+  const kept: string[] = [];
+  const migrated: { line: number; text: string }[] = [];
+  let blockAt: number | null = null;
+  let openBlock: number | null = null;
+  for (const [index, raw] of source.entries()) {
+    const line = raw.replace(/\r?\n$/, '');
+    if (openBlock !== null) {
+      if (line.startsWith(STANZA_END)) openBlock = null;
+      continue;
+    }
+    if (line.startsWith('# BEGIN egressguard')) {
+      openBlock = index + 1;
+      blockAt ??= kept.length;
+      continue;
+    }
+    if (line.startsWith(STANZA_END)) {
+      migrated.push({ line: index + 1, text: line });
+      continue;
+    }
+    if (namesAnchor(line, anchor)) {
+      migrated.push({ line: index + 1, text: line });
+      continue;
+    }
+    kept.push(raw);
+  }
+  if (openBlock !== null) {
+    return {
+      ok: false,
+      problem: {
+        line: openBlock,
+        message: `pf.conf has "# BEGIN egressguard" on line ${openBlock} without a matching "${STANZA_END}": fix the file by hand, egressguard changed nothing`,
+      },
+    };
+  }
+
+  let output: string[];
+  if (lines === null) {
+    output = kept;
+  } else {
+    const position = placeBlock(kept, lines, blockAt);
+    if (typeof position !== 'number') return { ok: false, problem: position };
+    const block = [STANZA_BEGIN, ...lines, STANZA_END].map((l) => `${l}${newline}`);
+    const before = kept.slice(0, position);
+    const last = before[before.length - 1];
+    if (last !== undefined && !last.endsWith('\n')) before[before.length - 1] = `${last}${newline}`;
+    output = [...before, ...block, ...kept.slice(position)];
+  }
+  const result = output.join('');
+  return { ok: true, result: { text: result, changed: result !== text, migrated } };
+}
+
+/**
+ * Where the block can go so that pf's rule order holds: after every rule line of a lower class
+ * than its lowest, before every rule line of a higher class than its highest. The old block's
+ * place when that is valid, else the last valid place (appending, for a filter-only block).
+ */
+function placeBlock(
+  kept: readonly string[],
+  lines: readonly string[],
+  preferred: number | null,
+): number | PfConfStanzaProblem {
+  const classes = lines.map(ruleClass).filter((c) => c !== null);
+  if (classes.length === 0) return preferred ?? kept.length;
+  const low = Math.min(...classes);
+  const high = Math.max(...classes);
+  const fileClasses = kept.map(ruleClass);
+  const valid = (position: number): boolean =>
+    fileClasses.slice(0, position).every((c) => c === null || c <= low) &&
+    fileClasses.slice(position).every((c) => c === null || c >= high);
+  if (preferred !== null && valid(preferred)) return preferred;
+  for (let position = kept.length; position >= 0; position--) {
+    if (valid(position)) return position;
+  }
+  const blocker = fileClasses.findIndex((c) => c !== null && c > low && c < high);
+  return {
+    line: blocker >= 0 ? blocker + 1 : null,
+    message:
+      'Cannot place the egressguard block in pf.conf: pf requires rules in order (options, normalization, queueing, translation, filtering) and no place in the file keeps its lines in that order' +
+      (blocker >= 0 ? ` (line ${blocker + 1} sits between them)` : '') +
+      ': split translation and filtering, or attach through the com.apple/* anchors',
+  };
+}

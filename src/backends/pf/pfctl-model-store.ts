@@ -1,0 +1,80 @@
+import { closeSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { EgressguardError } from '../../core/index.js';
+import type { PfctlModelState } from './pfctl-model.js';
+
+/**
+ * Persistence of a pfctl MODEL's state (pfctl-model.ts) in one JSON file, so that separate
+ * processes (the `pfctl` shim, a test driving packets) act on the same modelled host. Writes are
+ * atomic (write, then rename) and every read-modify-write holds an exclusive lock file, so two
+ * shims run at once see each other's changes in some order, as two pfctl processes would.
+ */
+
+export function readPfctlModelState(path: string): PfctlModelState {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new EgressguardError('io', `Cannot read the pfctl model state "${path}"`, {
+      cause: error,
+      hint: 'create it with writePfctlModelState, or point EGRESSGUARD_PFCTL_MODEL_STATE at one',
+    });
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new EgressguardError('state-corrupt', `Cannot parse the pfctl model state "${path}"`, {
+      cause: error,
+    });
+  }
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    (value as { version?: unknown }).version !== 1 ||
+    typeof (value as { anchors?: unknown }).anchors !== 'object'
+  ) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot use the pfctl model state "${path}": not a version 1 model state`,
+    );
+  }
+  return value as PfctlModelState;
+}
+
+export function writePfctlModelState(path: string, state: PfctlModelState): void {
+  const temporary = `${path}.${process.pid}.tmp`;
+  writeFileSync(temporary, `${JSON.stringify(state, null, 1)}\n`);
+  renameSync(temporary, path);
+}
+
+const LOCK_WAIT_MS = 10_000;
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+
+/** Runs `change` on the state under an exclusive lock, then saves it. */
+export function updatePfctlModelState<T>(path: string, change: (state: PfctlModelState) => T): T {
+  const lock = `${path}.lock`;
+  let waited = 0;
+  for (;;) {
+    try {
+      closeSync(openSync(lock, 'wx'));
+      break;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      if (waited >= LOCK_WAIT_MS) {
+        throw new EgressguardError('lock-held', `Cannot lock the pfctl model state "${path}"`, {
+          hint: `remove "${lock}" if no pfctl model process is running`,
+        });
+      }
+      Atomics.wait(sleeper, 0, 0, 5);
+      waited += 5;
+    }
+  }
+  try {
+    const state = readPfctlModelState(path);
+    const result = change(state);
+    writePfctlModelState(path, state);
+    return result;
+  } finally {
+    rmSync(lock, { force: true });
+  }
+}
