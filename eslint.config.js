@@ -12,6 +12,8 @@ const layers = [
   ['ir'],
   ['backends'],
   ['apply'],
+  // The library layer: a host or namespace to act on, and a policy prepared for it.
+  ['host'],
   // prove applies with the real applier and watches with the real resident mode (DESIGN.md §7).
   ['prove', 'agent', 'fleet'],
   ['server', 'cli'],

@@ -1,4 +1,10 @@
-import type { Artifact, Backend, LiveState } from '../backends/index.js';
+import type {
+  Artifact,
+  Backend,
+  LiveState,
+  BackendOptions,
+  LiveProblem,
+} from '../backends/index.js';
 import { createStepTimer, EgressguardError, type StepTimings } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
@@ -24,7 +30,7 @@ export interface ApplyInput {
   readonly backend: Backend;
   readonly runner: Runner;
   readonly state: StateDir;
-  readonly table: string;
+  readonly options: BackendOptions;
   readonly policy: string;
   readonly hash: string;
   readonly artifacts: readonly Artifact[];
@@ -36,7 +42,7 @@ export interface ApplyInput {
    * is taken from, apart from the small class sets).
    */
   readonly force?: boolean;
-  /** Revert unless `confirm` runs within `seconds`. The timer is set before the nft commit. */
+  /** Revert unless `confirm` runs within `seconds`. The timer is set before the firewall commit. */
   readonly confirm?: {
     readonly seconds: number;
     /** The argv that reverts generation N (`egressguard restore --unconfirmed N …`). */
@@ -47,7 +53,7 @@ export interface ApplyInput {
 export interface ApplyReport {
   readonly generation: Generation;
   readonly previous: Generation | undefined;
-  readonly deferred: readonly string[];
+  readonly deferred: readonly LiveProblem[];
   /** False when live already carried this hash and nothing was missing. */
   readonly changed: boolean;
   /** The revert that happens unless `confirm` runs first, if one was scheduled. */
@@ -72,10 +78,10 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   try {
     const current = readCurrent(input.state);
     const superseded = readPendingFile(input.state);
-    const applier = input.backend.createApplier({ runner: input.runner, tableName: input.table });
+    const applier = input.backend.createApplier({ runner: input.runner, options: input.options });
     const inspector = input.backend.createInspector({
       runner: input.runner,
-      tableName: input.table,
+      options: input.options,
     });
     // Only a re-apply of the recorded hash can be a no-op; anything else goes straight on.
     const before =
@@ -117,12 +123,12 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       outcome: 'in-progress',
     });
     const number = nextGenerationNumber(input.state, current, superseded?.pending);
-    // Written while nft works; recorded only once the apply went in.
+    // Written while the firewall loads; recorded only once the apply went in.
     const storing = storeArtifacts(input.state, number, input.hash, input.artifacts);
     storing.catch(() => undefined); // awaited on both paths below
     let pending: PendingConfirm | undefined;
     let committed = false;
-    let deferred: readonly string[];
+    let deferred: readonly LiveProblem[];
     let after;
     try {
       if (input.confirm !== undefined) {
@@ -152,12 +158,14 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         after = await inspector.read(input.artifacts);
         checkStamp(after, input.hash);
         if (!isConverged(after)) {
-          const missing = after.missing.filter((m) => !isWaitingForTunnel(m));
+          const missing = after.missing.filter((m) => m.waitingFor === null);
           throw new EgressguardError(
             'partially-applied',
-            `Cannot finish the apply: routing did not converge after the nft commit: ${[
-              missing.length > 0 ? `missing: ${missing.join('; ')}` : '',
-              after.unexpected.length > 0 ? `unexpected: ${after.unexpected.join('; ')}` : '',
+            `Cannot finish the apply: routing did not converge after the firewall commit: ${[
+              missing.length > 0 ? `missing: ${missing.map((m) => m.what).join('; ')}` : '',
+              after.unexpected.length > 0
+                ? `unexpected: ${after.unexpected.map((m) => m.what).join('; ')}`
+                : '',
             ]
               .filter((part) => part !== '')
               .join('; ')}`,
@@ -207,7 +215,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       hash: input.hash,
       policy: input.policy,
       backend: input.backend.name,
-      table: input.table,
+      options: input.options,
       appliedAt: new Date().toISOString(),
       fingerprint: after.fingerprint,
       artifacts: input.artifacts,
@@ -234,14 +242,12 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   }
 }
 
-/** Every route and rule is live, except routes via a tunnel that is down, and none is extra. */
+/**
+ * Every route and rule is live, except routes via a tunnel that is down (the kernel refuses them
+ * until the link is up), and none is extra.
+ */
 function isConverged(live: LiveState): boolean {
-  return live.missing.every(isWaitingForTunnel) && live.unexpected.length === 0;
-}
-
-/** A route via a tunnel that is down cannot go in: the kernel refuses it until the link is up. */
-function isWaitingForTunnel(missing: string): boolean {
-  return missing.endsWith('(tunnel down)');
+  return live.missing.every((m) => m.waitingFor !== null) && live.unexpected.length === 0;
 }
 
 function checkStamp(live: LiveState, hash: string): void {

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
-import type { Artifact } from '../backends/index.js';
+import type { Artifact, BackendOptions } from '../backends/index.js';
 import { isProcessAlive, type StateDir } from '../state/index.js';
 
 /** One applied configuration, as kept in the state directory. */
@@ -11,7 +11,7 @@ export interface Generation {
   readonly hash: string;
   readonly policy: string;
   readonly backend: string;
-  readonly table: string;
+  readonly options: BackendOptions;
   readonly appliedAt: string;
   readonly fingerprint: string | null;
   readonly artifacts: readonly Artifact[];
@@ -34,7 +34,7 @@ export const FILES = {
   previous: 'previous.json',
   attempt: 'attempt.json',
   confirm: 'pending-confirm.json',
-  lockdown: 'lockdown.nft',
+  lockdown: 'lockdown',
   /** Written by an explicit removal: boot restore then loads nothing, not the lockdown. */
   removed: 'removed.json',
 } as const;
@@ -54,7 +54,7 @@ export function readGeneration(state: StateDir, name: string): Generation | unde
   const text = state.read(name);
   if (text === undefined) return undefined;
   try {
-    const parsed = JSON.parse(text) as Partial<StoredGeneration>;
+    const parsed = JSON.parse(text) as Partial<StoredGeneration> & { readonly table?: string };
     const entries = parsed.artifacts;
     // Anything malformed beyond this throws below and is reported as corrupt state too.
     if (parsed.format !== 'egressguard/generation/v1' || entries === undefined) {
@@ -65,7 +65,9 @@ export function readGeneration(state: StateDir, name: string): Generation | unde
       if (!existsSync(path)) throw new Error(`artifact "${entry.name}" is missing at ${path}`);
       return lazyArtifact(entry.name, path);
     });
-    return { ...(parsed as StoredGeneration), artifacts };
+    // Generations recorded before backends declared options name the owned table alone.
+    const options = parsed.options ?? (parsed.table === undefined ? {} : { table: parsed.table });
+    return { ...(parsed as StoredGeneration), options, artifacts };
   } catch (error) {
     throw new EgressguardError(
       'state-corrupt',

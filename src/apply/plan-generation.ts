@@ -1,4 +1,4 @@
-import type { Artifact, Backend, PlanResult } from '../backends/index.js';
+import type { Artifact, Backend, PlanResult, BackendOptions } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import type { StateDir } from '../state/index.js';
 import { FILES, readGeneration, type Generation } from './generation.js';
@@ -13,11 +13,11 @@ export async function planGeneration(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   hash: string;
   artifacts: readonly Artifact[];
 }): Promise<PlanResult> {
-  const context = { runner: input.runner, tableName: input.table };
+  const context = { runner: input.runner, options: input.options };
   const [plan, live] = await Promise.all([
     input.backend.createApplier(context).plan(input.artifacts),
     input.backend.createInspector(context).read(input.artifacts),
@@ -30,7 +30,7 @@ export async function planGeneration(input: {
   } catch {
     unreadable = true;
   }
-  const table = `table "${input.table}"`;
+  const table = input.backend.describeScope(input.options);
   let change: string | undefined;
   if (applied?.hash === input.hash) {
     if (applied.fingerprint !== live.fingerprint) {

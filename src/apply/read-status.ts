@@ -1,4 +1,4 @@
-import type { Backend, LiveState } from '../backends/index.js';
+import { type Backend, type BackendOptions, type LiveState } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { isProcessAlive, type StateDir } from '../state/index.js';
 import { FILES, readAttempt, readGeneration, type Attempt, type Generation } from './generation.js';
@@ -24,7 +24,7 @@ export async function readStatus(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   desiredHash?: string | undefined;
 }): Promise<HostStatus> {
   let applied: Generation | undefined;
@@ -35,7 +35,7 @@ export async function readStatus(input: {
     corrupt = (error as Error).message;
   }
   const attempt = readAttempt(input.state);
-  const inspector = input.backend.createInspector({ runner: input.runner, tableName: input.table });
+  const inspector = input.backend.createInspector({ runner: input.runner, options: input.options });
   const live = await inspector.read(applied?.artifacts);
   const reasons: string[] = [];
   let condition: Condition;
@@ -55,19 +55,24 @@ export async function readStatus(input: {
     if (live.present)
       reasons.push('a table with our name is live, but this state directory never applied it');
   } else {
-    if (!live.present) reasons.push(`table inet ${input.table} is gone`);
+    if (!live.present) reasons.push(`${input.backend.describeScope(input.options)} is gone`);
     else if (live.hash !== applied.hash)
       reasons.push(
         `live hash ${live.hash?.slice(0, 12) ?? 'none'} differs from applied ${applied.hash.slice(0, 12)}`,
       );
     else if (live.fingerprint !== applied.fingerprint)
       reasons.push('the table was edited since it was applied');
-    const tunnelDown = live.missing.filter((m) => m.endsWith('(tunnel down)'));
-    const missing = live.missing.filter((m) => !m.endsWith('(tunnel down)'));
-    if (missing.length > 0) reasons.push(`missing: ${missing.join('; ')}`);
-    if (live.unexpected.length > 0) reasons.push(`unexpected: ${live.unexpected.join('; ')}`);
+    const waiting = live.missing.filter((m) => m.waitingFor !== null);
+    const missing = live.missing.filter((m) => m.waitingFor === null);
+    if (missing.length > 0) reasons.push(`missing: ${missing.map((m) => m.what).join('; ')}`);
+    if (live.unexpected.length > 0) {
+      reasons.push(`unexpected: ${live.unexpected.map((m) => m.what).join('; ')}`);
+    }
     condition = reasons.length === 0 ? 'InSync' : 'Drifted';
-    if (tunnelDown.length > 0) reasons.push(`waiting for the tunnel: ${tunnelDown.join('; ')}`);
+    for (const tunnel of new Set(waiting.map((m) => m.waitingFor))) {
+      const what = waiting.filter((m) => m.waitingFor === tunnel).map((m) => m.what);
+      reasons.push(`waiting for tunnel ${tunnel}: ${what.join('; ')}`);
+    }
   }
   return {
     condition,

@@ -1,4 +1,4 @@
-import type { Backend } from '../backends/index.js';
+import type { Backend, BackendOptions } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, type StateDir } from '../state/index.js';
 import {
@@ -14,7 +14,7 @@ interface RemoveInput {
   readonly backend: Backend;
   readonly runner: Runner;
   readonly state: StateDir;
-  readonly table: string;
+  readonly options: BackendOptions;
 }
 
 /** Removes what egressguard owns (routing first, then the table) and records that it did. */
@@ -32,7 +32,7 @@ export async function removeGeneration(input: RemoveInput): Promise<readonly str
  * applied generation becomes previous, so `restore --previous` can bring it back.
  */
 export async function removeOwned(input: RemoveInput): Promise<readonly string[]> {
-  const applier = input.backend.createApplier({ runner: input.runner, tableName: input.table });
+  const applier = input.backend.createApplier({ runner: input.runner, options: input.options });
   const { removed } = await applier.remove();
   let current;
   try {

@@ -1,4 +1,4 @@
-import type { Backend } from '../backends/index.js';
+import type { Backend, BackendOptions, LiveProblem } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import {
@@ -20,12 +20,16 @@ import { revertPending } from './revert-generation.js';
 import { readPendingFile, type PendingConfirm } from './confirm-timer.js';
 
 export type RestoreOutcome =
-  | { readonly kind: 'restored'; readonly generation: number; readonly deferred: readonly string[] }
+  | {
+      readonly kind: 'restored';
+      readonly generation: number;
+      readonly deferred: readonly LiveProblem[];
+    }
   | {
       readonly kind: 'reverted';
       readonly generation: number;
       readonly restored: number;
-      readonly deferred: readonly string[];
+      readonly deferred: readonly LiveProblem[];
       readonly reason: string;
     }
   | {
@@ -43,7 +47,7 @@ const BOOT_LOCK_WAIT_MS = 30_000;
 /**
  * Boot: load the last applied generation (it must work with the tunnel absent: the rule and the
  * blackhole go in, the tunnel route waits). When that generation cannot be loaded, for whatever
- * reason (state missing or corrupt, nft refuses it, routing in the way, the host lock held),
+ * reason (state missing or corrupt, the firewall refuses it, routing in the way, the host lock held),
  * load the class lockdown instead: fail closed. With `from`, a manual rollback instead: it
  * records the generation it restores as applied, and its failures are errors.
  */
@@ -51,7 +55,7 @@ export async function restoreGeneration(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   /** Restore this file instead of the applied generation (`restore --previous`). */
   from?: string;
   /** How long to wait for the host lock (default 30 s). */
@@ -91,7 +95,7 @@ export async function restoreGeneration(input: {
     }
     try {
       const { deferred } = await input.backend
-        .createApplier({ runner: input.runner, tableName: generation.table })
+        .createApplier({ runner: input.runner, options: generation.options })
         .apply(generation.artifacts, { previous: undefined });
       await recordFingerprint({ ...input, generation });
       clearDeadAttempt(state);
@@ -113,7 +117,7 @@ export async function restoreGeneration(input: {
  * unconfirmed generation for good. Whoever rebooted a host they could not reach counts on it.
  */
 async function revertAtBoot(
-  input: { backend: Backend; runner: Runner; state: StateDir; table: string },
+  input: { backend: Backend; runner: Runner; state: StateDir; options: BackendOptions },
   pending: PendingConfirm,
 ): Promise<RestoreOutcome> {
   const reason = `generation ${pending.generation} was still unconfirmed when the host went down`;
@@ -149,7 +153,7 @@ async function rollBack(input: {
     );
   }
   const { deferred } = await input.backend
-    .createApplier({ runner: input.runner, tableName: generation.table })
+    .createApplier({ runner: input.runner, options: generation.options })
     .apply(generation.artifacts, { previous: undefined });
   // The generation restored is the applied one now, or `status` would call the host Drifted and
   // `run` or the next boot would bring back the generation just rolled back.
@@ -163,7 +167,7 @@ async function rollBack(input: {
 }
 
 async function loadLockdown(
-  input: { backend: Backend; runner: Runner; state: StateDir; table: string },
+  input: { backend: Backend; runner: Runner; state: StateDir; options: BackendOptions },
   problem: string,
 ): Promise<RestoreOutcome> {
   const lockdown = input.state.read(FILES.lockdown);
@@ -176,7 +180,7 @@ async function loadLockdown(
   }
   try {
     await input.backend
-      .createApplier({ runner: input.runner, tableName: input.table })
+      .createApplier({ runner: input.runner, options: input.options })
       .lockdown(lockdown);
   } catch (error) {
     throw new EgressguardError(

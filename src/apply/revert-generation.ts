@@ -1,4 +1,4 @@
-import type { Backend } from '../backends/index.js';
+import type { Backend, BackendOptions, LiveProblem } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLockWaiting, type StateDir } from '../state/index.js';
@@ -21,7 +21,7 @@ export type RevertOutcome =
       readonly kind: 'reverted';
       readonly generation: number;
       readonly restored: number;
-      readonly deferred: readonly string[];
+      readonly deferred: readonly LiveProblem[];
     }
   | { readonly kind: 'removed'; readonly generation: number; readonly removed: readonly string[] }
   | { readonly kind: 'lockdown'; readonly generation: number; readonly reason: string }
@@ -39,7 +39,7 @@ export async function revertUnconfirmed(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   generation: number;
   /** How long to wait for the host lock (default 60 s). */
   lockWaitMs?: number;
@@ -69,7 +69,7 @@ export async function revertPending(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   pending: PendingConfirm;
 }): Promise<RevertOutcome> {
   const { state, pending } = input;
@@ -85,7 +85,7 @@ export async function revertPending(input: {
   const target = [applied, previous].find((g) => g?.number === to);
   if (target === undefined) return await lockDown({ ...input, generation: number }, applied, to);
   const { deferred } = await input.backend
-    .createApplier({ runner: input.runner, tableName: target.table })
+    .createApplier({ runner: input.runner, options: target.options })
     .apply(target.artifacts, { previous: undefined });
   // Applied first: a crash between the two writes must not leave the reverted one applied.
   if (applied?.number !== target.number) {
@@ -101,7 +101,13 @@ export async function revertPending(input: {
 
 /** The generation to go back to is recorded nowhere any more: fail closed. */
 async function lockDown(
-  input: { backend: Backend; runner: Runner; state: StateDir; table: string; generation: number },
+  input: {
+    backend: Backend;
+    runner: Runner;
+    state: StateDir;
+    options: BackendOptions;
+    generation: number;
+  },
   applied: Generation | undefined,
   to: number,
 ): Promise<RevertOutcome> {
@@ -115,7 +121,7 @@ async function lockDown(
     );
   }
   await input.backend
-    .createApplier({ runner: input.runner, tableName: input.table })
+    .createApplier({ runner: input.runner, options: input.options })
     .lockdown(lockdown);
   if (applied?.number === input.generation) {
     // Not applied any more: boot loads the lockdown (state missing), never this generation.

@@ -1,4 +1,9 @@
-import type { Backend, WatchEvent } from '../backends/index.js';
+import {
+  describeLiveProblem,
+  type Backend,
+  type BackendOptions,
+  type WatchEvent,
+} from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, hostLockHolder, type StateDir } from '../state/index.js';
@@ -37,7 +42,7 @@ export async function runResident(input: {
   backend: Backend;
   runner: Runner;
   state: StateDir;
-  table: string;
+  options: BackendOptions;
   log: (entry: ResidentLogEntry) => void;
   signal: AbortSignal;
   tickMs?: number;
@@ -49,7 +54,7 @@ export async function runResident(input: {
   /** The hash the resident applied from its policy when it started. */
   ownHash?: string;
 }): Promise<void> {
-  const context = { runner: input.runner, tableName: input.table };
+  const context = { runner: input.runner, options: input.options };
   const watcher = input.backend.createWatcher?.(context);
   if (watcher === undefined) {
     throw new EgressguardError(
@@ -77,19 +82,24 @@ export async function runResident(input: {
     }, LOCK_RETRY_MS);
   };
   // One reconcile at a time; events during one ask for exactly one more.
-  const pass: { running: boolean; again: boolean } = { running: false, again: false };
-  const shouldRunAgain = (): boolean => pass.again && !input.signal.aborted;
+  // The pass that runs again says why: the reason of the latest event that asked for it.
+  const pass: { running: boolean; again: string | undefined } = {
+    running: false,
+    again: undefined,
+  };
   const reconcile = async (reason: string): Promise<void> => {
     if (pass.running) {
-      pass.again = true;
+      pass.again = reason;
       return;
     }
     pass.running = true;
     try {
-      do {
-        pass.again = false;
-        await reconcileOnce(reason);
-      } while (shouldRunAgain());
+      let next: string | undefined = reason;
+      while (next !== undefined && !input.signal.aborted) {
+        pass.again = undefined;
+        await reconcileOnce(next);
+        next = pass.again;
+      }
     } finally {
       pass.running = false;
     }
@@ -105,7 +115,7 @@ export async function runResident(input: {
     const tunnelsUp = new Set(live.tunnels.filter((t) => t.state === 'up').map((t) => t.name));
     // Routes via a tunnel that is down cannot go in; those via one that is up must.
     const routesMissing = live.missing.some(
-      (m) => !m.endsWith('(tunnel down)') || [...tunnelsUp].some((t) => m.includes(`dev ${t} `)),
+      (m) => m.waitingFor === null || tunnelsUp.has(m.waitingFor),
     );
     if (!tableWrong && !routesMissing && live.unexpected.length === 0) return undefined;
     return { generation, live, tableWrong };
@@ -184,7 +194,7 @@ export async function runResident(input: {
       } else {
         log(
           'readded-routes',
-          `routes re-converged (${reason})${result.deferred.length > 0 ? `; still waiting: ${result.deferred.join(', ')}` : ''}`,
+          `routes re-converged (${reason})${result.deferred.length > 0 ? `; still waiting: ${result.deferred.map(describeLiveProblem).join(', ')}` : ''}`,
         );
       }
     } finally {

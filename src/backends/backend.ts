@@ -1,6 +1,43 @@
 import type { StepTimer } from '../core/index.js';
-import type { HostIR } from '../ir/index.js';
-import type { Runner } from '../runner/index.js';
+import type { HostFacts } from '../facts/index.js';
+import type { EvaluationState, HostIR, Packet, PolicyIR } from '../ir/index.js';
+import type { CommandClass, Runner } from '../runner/index.js';
+
+/**
+ * The seam every backend plugs into (Kysely's Dialect): a factory of collaborators, and what
+ * commands need to know of it, as data. Shared code asks the backend, never tests its name.
+ * Adding a backend is a folder under src/backends/ and one line in the registry
+ * (docs/architecture.md).
+ */
+export interface Backend {
+  /** Stable name: `--target`, golden files (`expected.<name>.<artifact>`), generations. */
+  readonly name: string;
+  /** The layer explain and prove name for this backend's filtering (its firewall's name). */
+  readonly layer: string;
+  readonly capabilities: Capabilities;
+  /** The options it takes (its owned table, routing ids, anchor), each with its flag. */
+  readonly options: readonly BackendOption[];
+  /** What each artifact it compiles is for, by artifact name. */
+  readonly artifactRoles: Readonly<Record<string, ArtifactRole>>;
+  /** The firewall state it owns on a host with these options, in words. */
+  describeScope(options: BackendOptions): string;
+  /**
+   * Whether a command line of one of its tools only reads state (the root-namespace guard lets
+   * reads through); undefined when the command is not one of its tools.
+   */
+  readonly classifyCommand?: (argv: readonly string[], input?: string) => CommandClass | undefined;
+  /** Versions of its tools on the host (recorded in facts and evidence). */
+  readonly readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
+  createCompiler(): Compiler;
+  createApplier(context: BackendContext): Applier;
+  createInspector(context: BackendContext): Inspector;
+  /** Present when the backend can watch live state (the resident mode `run`). */
+  createWatcher?(context: BackendContext): Watcher;
+  readonly doctor?: DoctorSupport;
+  readonly drops?: DropsSupport;
+  readonly units?: UnitsSupport;
+  readonly prove?: ProveSupport;
+}
 
 /** One file a backend writes (a ruleset, route specs, a unit, an anchor). */
 export interface Artifact {
@@ -8,19 +45,29 @@ export interface Artifact {
   readonly content: string;
 }
 
+/**
+ * What an artifact is for: `firewall` (what packets meet), `routing` (policy routing specs),
+ * `lockdown` (loaded by `restore` when the state is lost: every class dropped), `other`.
+ */
+export type ArtifactRole = 'firewall' | 'routing' | 'lockdown' | 'other';
+
+/** An option a backend declares; commands offer it as `flag`, with `default` when absent. */
+export interface BackendOption {
+  /** The key in BackendOptions (`table`, `routeTable`). */
+  readonly key: string;
+  /** The command-line flag, commander style (`--table <name>`). */
+  readonly flag: string;
+  readonly description: string;
+  readonly default?: string;
+}
+
+/** The values of a backend's options, by key; absent: the declared default. */
+export type BackendOptions = Readonly<Record<string, string | undefined>>;
+
 export interface CompileOptions {
-  /** The owned table or anchor name. */
-  readonly tableName?: string;
   /** The host config hash to stamp, or the blank stamp while hashing. */
   readonly stamp?: string;
-  /**
-   * Policy routing of tunnel classes: the first owned routing table id and `ip rule` priority
-   * (each steered tunnel takes the next). Absent: the backend's defaults.
-   */
-  readonly steering?: {
-    readonly table?: number | undefined;
-    readonly priority?: number | undefined;
-  };
+  readonly options?: BackendOptions;
 }
 
 /** Pure: the IR bound to a host → artifacts. No clock, filesystem, process or network. */
@@ -42,6 +89,11 @@ export interface Capabilities {
   readonly runsHere: boolean;
 }
 
+export interface BackendContext {
+  readonly runner: Runner;
+  readonly options: BackendOptions;
+}
+
 export interface PlanResult {
   /** One line per change: `+`/`-`/`~` and what. Empty when live already matches. */
   readonly changes: readonly string[];
@@ -51,7 +103,7 @@ export interface PlanResult {
 
 export interface ApplyResult {
   /** Parts that wait for something absent (a route via a tunnel that is down). */
-  readonly deferred: readonly string[];
+  readonly deferred: readonly LiveProblem[];
 }
 
 /** Effects: puts artifacts on a host (or namespace) and removes them. */
@@ -86,6 +138,17 @@ export interface LiveCounter {
   readonly bytes: number;
 }
 
+/** A part of live state that differs from what was applied, as data. */
+export interface LiveProblem {
+  /** What it is, in the backend's words (`route 0.0.0.0/0 dev tun0 table 7350`). */
+  readonly what: string;
+  /**
+   * The tunnel it waits for, when it cannot be put right until that tunnel is back (a route
+   * through a tunnel that is down or absent); null when it can be put right now.
+   */
+  readonly waitingFor: string | null;
+}
+
 /** What is live now, as the inspector reads it back. */
 export interface LiveState {
   readonly present: boolean;
@@ -95,9 +158,9 @@ export interface LiveState {
   readonly fingerprint: string | null;
   readonly counters: readonly LiveCounter[];
   /** Desired parts that are not live (routes, rules), given the expected artifacts. */
-  readonly missing: readonly string[];
+  readonly missing: readonly LiveProblem[];
   /** Live parts we own that are not desired. */
-  readonly unexpected: readonly string[];
+  readonly unexpected: readonly LiveProblem[];
   readonly collisions: readonly string[];
   readonly tunnels: readonly { readonly name: string; readonly state: 'up' | 'down' | 'absent' }[];
 }
@@ -121,20 +184,167 @@ export interface Watcher {
   stop(): Promise<void>;
 }
 
-export interface BackendContext {
-  readonly runner: Runner;
-  readonly tableName?: string;
+export type DoctorSeverity = 'error' | 'warning' | 'info';
+
+/** One thing doctor noticed: problems as data, with what to do about them. */
+export interface DoctorFinding {
+  readonly severity: DoctorSeverity;
+  /** Which part of the host it is about (an id of the report's `areas`). */
+  readonly area: string;
+  /** Stable, kebab-case: scripts match on it. */
+  readonly code: string;
+  readonly message: string;
+  readonly hint: string;
 }
 
-/** A backend: a factory of collaborators (Kysely's Dialect). */
-export interface Backend {
+/** A doctor report: findings grouped by area, tables of what was seen, and a summary. */
+export interface DoctorReport {
+  readonly findings: readonly DoctorFinding[];
+  /** The areas, in the order human output lists them. */
+  readonly areas: readonly { readonly id: string; readonly title: string }[];
+  /** What was seen, as tables for human output (another firewall's chains on our hooks). */
+  readonly tables: readonly {
+    readonly title: string;
+    readonly header: readonly string[];
+    readonly rows: readonly (readonly string[])[];
+  }[];
+  readonly summary: { readonly errors: number; readonly warnings: number; readonly infos: number };
+}
+
+/** `doctor`: what on the host can undo, bypass or collide with what the backend enforces. */
+export interface DoctorSupport {
+  /** What it reads, for `--help`. */
+  readonly description: string;
+  diagnose(input: {
+    readonly runner: Runner;
+    readonly options: BackendOptions;
+    /** The host's facts, read live. */
+    readonly facts: HostFacts;
+    /** The policy, when one was given. */
+    readonly policy: PolicyIR | undefined;
+    /** The policy bound to this host, when one was given and binds. */
+    readonly ir: HostIR | undefined;
+    /** Why the policy could not be bound to this host (no uplink, say). */
+    readonly bindProblem: string | undefined;
+    /** False in a namespace: host-wide services (systemd-networkd) are not checked there. */
+    readonly wholeHost: boolean;
+  }): Promise<DoctorReport & Readonly<Record<string, unknown>>>;
+}
+
+/** A packet the backend dropped or audited, mapped back to the policy. */
+export interface DropRecord {
+  readonly time: string;
+  readonly action: 'drop' | 'audit';
+  readonly rule: string;
+  readonly class: string | null;
+  readonly hook: string | null;
+  readonly in: string | null;
+  readonly out: string | null;
+  readonly family: 4 | 6 | null;
+  readonly src: string | null;
+  readonly dst: string | null;
+  readonly protocol: string | null;
+  readonly port: number | null;
+  readonly sourcePort: number | null;
+  readonly icmp: { readonly type: number; readonly code: number } | null;
+}
+
+/** A running capture of drop records. */
+export interface DropStream {
+  readonly records: AsyncIterable<DropRecord>;
+  /** Where it reads from, in words (`nflog group 2`). */
+  readonly source: string;
+  stop(): Promise<void>;
+  /**
+   * After the records ran out or stop(): resolves once the capture ended, and throws with the
+   * reason when it ended by itself with a failure (it could not read the log).
+   */
+  finished(): Promise<void>;
+}
+
+/** `drops`: the audited and dropped packets, live. */
+export interface DropsSupport {
+  readonly options: readonly BackendOption[];
+  open(input: {
+    readonly runner: Runner;
+    readonly options: BackendOptions;
+    /** Maps rule ids to classes when given. */
+    readonly policy: PolicyIR | undefined;
+  }): Promise<DropStream>;
+}
+
+/** Service definitions a host needs for boot restore and the resident mode. */
+export interface UnitsSupport {
+  /** What they are, for `--help` (systemd units, LaunchDaemons). */
+  readonly description: string;
+  render(input: {
+    /** Absolute path of the node binary. */
+    readonly node: string;
+    /** Absolute path of bin/egressguard.js. */
+    readonly bin: string;
+    readonly stateDir: string;
+    /** The policy `run` keeps converged; without it only the boot-time restore is rendered. */
+    readonly policy?: string;
+  }): Artifact[];
+}
+
+/** The lab a proof runs in, as far as a backend's harness needs it. */
+export interface LabAccess {
+  runner(node: string): Runner;
+  ns(node: string): string;
+  /** Runs `cleanup` when the lab is torn down (also on failure); returns an undo. */
+  defer(cleanup: () => Promise<unknown>): () => void;
+  /** Sends nonce'd raw packets from a node (the lab's packet sender). */
+  send(
+    node: string,
+    batch: { readonly nonce: string; readonly packets: readonly LabPacket[] },
+  ): Promise<unknown>;
+  createNonce(): string;
+}
+
+/** A raw packet the lab sender builds (see src/prove/lab/send-packets.ts). */
+export interface LabPacket {
+  readonly kind: 'tcp' | 'udp' | 'dns' | 'icmp' | 'gre' | 'esp' | 'sctp' | 'ip';
+  readonly dst: string;
+  readonly src?: string;
+  readonly sport?: number;
+  readonly dport?: number;
+  readonly protocol?: number;
+  readonly count?: number;
+  readonly fragment?: 'all' | 'non-first';
+  readonly link?: string;
+  readonly icmpType?: number;
+}
+
+/** A packet and the state to judge it in, for differential tests. */
+export interface TestPacket {
+  readonly packet: Packet;
+  readonly state: EvaluationState;
+}
+
+/** What a backend's enforcer did with one packet: the verdict and the rule id that decided. */
+export interface Observed {
+  readonly verdict: 'allow' | 'deny';
+  /** The policy id that decided (rule, default, anti-spoofing, kill switch), null if unmanaged. */
+  readonly decidedBy: string | null;
+}
+
+/** Runs packets through a backend's real enforcer (the kernel) or its faithful model (pf). */
+export interface ConformanceHarness {
   readonly name: string;
-  /** The layer name explain shows for this backend's filtering. */
-  readonly layer: string;
-  readonly capabilities: Capabilities;
-  createCompiler(): Compiler;
-  createApplier(context: BackendContext): Applier;
-  createInspector(context: BackendContext): Inspector;
-  /** Present when the backend can watch live state (the resident mode `run`). */
-  createWatcher?(context: BackendContext): Watcher;
+  observe(packets: readonly TestPacket[]): Promise<readonly Observed[]>;
+}
+
+/** What `prove` needs of a backend to measure it in a lab. */
+export interface ProveSupport {
+  /** The layers it enforces with, as proofs name them (policy routing, then the filter). */
+  readonly layers: readonly string[];
+  /** Fault points of its apply, in the order an apply reaches them (kill points). */
+  readonly killPoints: readonly string[];
+  /** Takes one layer out of live state, so that the others are proven alone. */
+  removeLayer(
+    context: BackendContext,
+    layer: string,
+    artifacts: readonly Artifact[],
+  ): Promise<void>;
 }

@@ -1,11 +1,7 @@
 import { AddressSet, createRandom, type Family } from '../core/index.js';
-import type { EvaluationState, FragmentPart, HostIR, Packet } from '../ir/index.js';
+import type { FragmentPart, HostIR } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
-
-export interface TestPacket {
-  readonly packet: Packet;
-  readonly state: EvaluationState;
-}
+import type { TestPacket } from './backend.js';
 
 const V4_MAX = 2 ** 32 - 1;
 const V6_MAX = (1n << 128n) - 1n;

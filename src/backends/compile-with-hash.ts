@@ -1,22 +1,20 @@
 import { BLANK_STAMP, hostConfigHash, type HostIR } from '../ir/index.js';
-import type { Artifact, CompileOptions, Compiler } from './backend.js';
+import type { Artifact, ArtifactRole, Backend, BackendOptions } from './backend.js';
 
 /**
  * Compiles once with the blank stamp, hashes that, then writes the hash into the stamp: the hash
  * covers every artifact with the stamp itself blanked, so it is what a recompile would give.
  */
 export function compileWithHash(
-  compiler: Compiler,
+  backend: Pick<Backend, 'createCompiler'>,
   input: {
-    ir: HostIR;
-    tableName?: string | undefined;
-    steering?: CompileOptions['steering'];
-    versions: { compiler: string; agent: string };
+    readonly ir: HostIR;
+    readonly options?: BackendOptions;
+    readonly versions: { readonly compiler: string; readonly agent: string };
   },
 ): { artifacts: Artifact[]; hash: string } {
-  const blank = compiler.compile(input.ir, {
-    ...(input.tableName === undefined ? {} : { tableName: input.tableName }),
-    ...(input.steering === undefined ? {} : { steering: input.steering }),
+  const blank = backend.createCompiler().compile(input.ir, {
+    options: input.options ?? {},
     stamp: BLANK_STAMP,
   });
   const hash = hostConfigHash({ ir: input.ir, artifacts: blank, versions: input.versions });
@@ -28,4 +26,13 @@ export function compileWithHash(
     })),
     hash,
   };
+}
+
+/** The artifact a backend declares for a role (the lockdown, say), if it compiled one. */
+export function artifactOfRole(
+  backend: Pick<Backend, 'artifactRoles'>,
+  artifacts: readonly Artifact[],
+  role: ArtifactRole,
+): Artifact | undefined {
+  return artifacts.find((a) => backend.artifactRoles[a.name] === role);
 }

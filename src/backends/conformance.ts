@@ -1,18 +1,5 @@
 import { evaluatePacket, type HostView, type HostIR } from '../ir/index.js';
-import type { TestPacket } from './boundary-packets.js';
-
-/** What a backend's enforcer did with one packet: the verdict and the rule id that decided. */
-export interface Observed {
-  readonly verdict: 'allow' | 'deny';
-  /** The policy id that decided (rule, default, anti-spoofing, kill switch), null if unmanaged. */
-  readonly decidedBy: string | null;
-}
-
-/** Runs packets through a backend's real enforcer (the kernel) or its faithful model (pf). */
-export interface ConformanceHarness {
-  readonly name: string;
-  observe(packets: readonly TestPacket[]): Promise<readonly Observed[]>;
-}
+import type { ConformanceHarness, Observed, TestPacket } from './backend.js';
 
 export interface Disagreement {
   readonly packet: TestPacket;

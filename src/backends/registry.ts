@@ -1,8 +1,10 @@
 import { EgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
-import type { Backend } from './backend.js';
+import type { CommandClassifier } from '../runner/index.js';
+import type { Backend, BackendOption } from './backend.js';
+import { nftablesBackend } from './nftables/index.js';
 
-/** The backends this build knows, by name. */
+/** The backends a build knows, by name, and which one enforces on each OS. */
 export class BackendRegistry {
   private readonly backends = new Map<string, Backend>();
   private readonly byOs = new Map<HostFacts['os'], string>();
@@ -17,17 +19,21 @@ export class BackendRegistry {
     const backend = this.backends.get(name);
     if (backend === undefined) {
       throw new EgressguardError('usage', `Unknown backend "${name}"`, {
-        hint: `use one of: ${[...this.backends.keys()].join(', ')}`,
+        hint: `use one of: ${this.names().join(', ')}`,
       });
     }
     return backend;
   }
 
   /** The backend that enforces on a host of these facts. */
-  forFacts(facts: HostFacts): Backend {
+  forFacts(facts: Pick<HostFacts, 'os' | 'hostname'>): Backend {
     const name = this.byOs.get(facts.os);
     if (name === undefined) {
-      throw new EgressguardError('unsupported', `No backend enforces on ${facts.os} in this build`);
+      throw new EgressguardError(
+        'unsupported',
+        `No backend enforces on ${facts.os} in this build (host "${facts.hostname}")`,
+        { hint: `the backends are: ${this.names().join(', ')}` },
+      );
     }
     return this.get(name);
   }
@@ -35,4 +41,29 @@ export class BackendRegistry {
   names(): string[] {
     return [...this.backends.keys()];
   }
+
+  all(): Backend[] {
+    return [...this.backends.values()];
+  }
+
+  /** How each backend's own tools read or change state, for the root-namespace guard. */
+  classifiers(): CommandClassifier[] {
+    return this.all().flatMap((b) => (b.classifyCommand === undefined ? [] : [b.classifyCommand]));
+  }
+
+  /** Every option any backend declares, once per key, with the backends that take it. */
+  options(): { readonly option: BackendOption; readonly backends: readonly string[] }[] {
+    const byKey = new Map<string, { option: BackendOption; backends: string[] }>();
+    for (const backend of this.all()) {
+      for (const option of backend.options) {
+        const known = byKey.get(option.key);
+        if (known === undefined) byKey.set(option.key, { option, backends: [backend.name] });
+        else known.backends.push(backend.name);
+      }
+    }
+    return [...byKey.values()];
+  }
 }
+
+/** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
+export const registry = new BackendRegistry().register(nftablesBackend, { defaultFor: 'linux' });

@@ -4,7 +4,7 @@ import type { CommandContext } from './command-context.js';
 import { registerCommands } from './commands/index.js';
 import { EXIT } from './exit-codes.js';
 import { createOutput, paint, type Output } from './output.js';
-import { VERSION } from './version.js';
+import { VERSION } from '../core/index.js';
 
 const EXIT_HELP = `
 Exit codes:

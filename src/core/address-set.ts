@@ -262,7 +262,7 @@ function pushMerged<T extends number | bigint>(out: T[], start: T, end: T, one: 
   const n = out.length;
   if (n > 0) {
     const lastEnd = out[n - 1] as T;
-    // Adjacent or overlapping: extend (the `+ one` keeps sets canonical, like nft auto-merge).
+    // Adjacent or overlapping: extend (the `+ one` keeps sets canonical, merged like an interval set's auto-merge).
     if (start <= (((lastEnd as number) + (one as number)) as T)) {
       if (end > lastEnd) out[n - 1] = end;
       return;

@@ -24,12 +24,16 @@ interface IpRouteJson {
 
 /**
  * Reads the live host (or a namespace) through the runner: interfaces, routes, labels, and the
- * versions of nft and ip unless `tools` is false (they are for reading, and no compile uses them:
- * an apply saves two processes).
+ * version of ip and of the tools `readVersions` reads (a backend's) unless `tools` is false (they
+ * are for reading, and no compile uses them: an apply saves processes).
  */
 export async function gatherFacts(
   runner: Runner,
-  options: { labels?: Readonly<Record<string, string>>; tools?: boolean } = {},
+  options: {
+    labels?: Readonly<Record<string, string>>;
+    tools?: boolean;
+    readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
+  } = {},
 ): Promise<HostFacts> {
   if (process.platform !== 'linux') {
     throw new EgressguardError('unsupported', `Cannot gather facts on ${process.platform} yet`, {
@@ -37,7 +41,7 @@ export async function gatherFacts(
     });
   }
   // Independent listings, each a process: run them at once.
-  const [addresses, routes4, routes6, ipv6, nft, ip] = await Promise.all([
+  const [addresses, routes4, routes6, ipv6, versions, ip] = await Promise.all([
     runner.run(['ip', '-j', '-d', 'addr', 'show'], { effect: 'read' }),
     runner.run(['ip', '-j', '-4', 'route', 'show', 'table', 'main'], { effect: 'read' }),
     runner.run(['ip', '-j', '-6', 'route', 'show', 'table', 'main'], { effect: 'read' }),
@@ -47,11 +51,9 @@ export async function gatherFacts(
       effect: 'read',
       allowFailure: true,
     }),
-    options.tools === false
-      ? undefined
-      : runner
-          .run(['nft', '--version'], { effect: 'read', allowFailure: true })
-          .catch(() => undefined),
+    options.tools === false || options.readVersions === undefined
+      ? {}
+      : options.readVersions(runner).catch(() => ({})),
     options.tools === false
       ? undefined
       : runner.run(['ip', '-V'], { effect: 'read', allowFailure: true }),
@@ -59,9 +61,7 @@ export async function gatherFacts(
   const links = JSON.parse(addresses.stdout) as IpAddrJson[];
   const disabledIpv6 = parseDisabledIpv6(ipv6.stdout);
   const routes = [routes4, routes6].flatMap((r) => JSON.parse(r.stdout || '[]') as IpRouteJson[]);
-  const tools: Record<string, string> = {};
-  const nftVersion = /v?(\d+\.\d+(\.\d+)?)/.exec(nft?.stdout ?? '')?.[1];
-  if (nftVersion !== undefined) tools['nft'] = nftVersion;
+  const tools: Record<string, string> = { ...versions };
   const ipVersion = /(\d+\.\d+\.\d+)/.exec(ip?.stdout ?? '')?.[1];
   if (ipVersion !== undefined) tools['ip'] = ipVersion;
 

@@ -1,2 +1,4 @@
 export { parseHostFacts, readHostFacts, resolveUplink, type HostFacts } from './host-facts.js';
 export { gatherFacts } from './gather-facts.js';
+export { DEFAULT_LABELS_FILE, labelsFile, parseLabel, readHostLabels } from './host-labels.js';
+export { hostOs } from './host-os.js';

@@ -57,7 +57,7 @@ export type Decision =
   | { readonly kind: 'reassembly'; readonly id: string }
   | { readonly kind: 'unmanaged'; readonly id: null };
 
-/** Where enforcement happens: policy routing, or the host firewall (nftables, pf, cilium). */
+/** Where enforcement happens: policy routing, or the firewall the host's backend compiles to. */
 export type Layer = 'routing' | 'filter';
 
 export interface Explanation {

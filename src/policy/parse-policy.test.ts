@@ -274,7 +274,7 @@ describe('rule ids', () => {
         default: deny`),
     );
     expect(codes).toEqual(['invalid-value', 'invalid-value', 'invalid-protocol']);
-    expect(messages[0]).toContain('Rule id "allow web" is not valid: it names nft counters');
+    expect(messages[0]).toContain('Rule id "allow web" is not valid: it names firewall counters');
     expect(messages[2]).toBe(
       'Unknown protocol "icmpv6" at "classes.vm.rules[2].proto": write "icmp", which means ICMP for IPv4 and ICMPv6 for IPv6 destinations',
     );

@@ -42,7 +42,7 @@ export interface ParseResult {
   readonly report: (path: Path, code: IssueCode, message: string) => PolicyIssue;
 }
 
-// Rule ids become nft object names and pf labels; "/" separates the generated ids (vm/default).
+// Rule ids become firewall object names and labels; "/" separates the generated ids (vm/default).
 const RULE_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$/;
 
 /** Reads and validates a policy file; every problem is returned at once, nothing is thrown. */
@@ -379,7 +379,7 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
         'invalid-value',
         rule.id.includes('/')
           ? `Rule id "${rule.id}" is not valid: "/" is reserved for the ids egressguard generates (like "${name}/default" and "${name}/kill-switch"); use letters, digits, ".", "_" and "-"`
-          : `Rule id "${rule.id}" is not valid: it names nft counters and pf labels, so use at most 63 letters, digits, ".", "_" and "-", starting with a letter or digit`,
+          : `Rule id "${rule.id}" is not valid: it names firewall counters and labels, so use at most 63 letters, digits, ".", "_" and "-", starting with a letter or digit`,
       );
     } else if (previous !== undefined) {
       collector.at(
@@ -603,7 +603,7 @@ function checkSourceOverlaps(classes: readonly PolicyClass[], collector: IssueCo
 }
 
 /**
- * An interface belongs to one class: nft jumps to the chain of the first class whose ingress
+ * An interface belongs to one class: the firewall jumps to the chain of the first class whose ingress
  * matches, and that chain's anti-spoofing drops every other class's sources (explain, which picks
  * a class by ingress too, would then disagree with the kernel about the later class).
  */

@@ -8,18 +8,18 @@ import {
   type ResidentLogEntry,
 } from '../apply/index.js';
 import {
+  artifactOfRole,
   compileWithHash,
-  DEFAULT_TABLE,
-  LOCKDOWN_ARTIFACT,
-  nftablesBackend,
   type Artifact,
   type Backend,
+  type BackendOptions,
   type LiveState,
 } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
+import { createHostTarget, hostContext } from '../host/index.js';
 import type { HostIR } from '../ir/index.js';
-import { createRunner, type Runner } from '../runner/index.js';
-import { StateDir } from '../state/index.js';
+import type { Runner } from '../runner/index.js';
+import type { StateDir } from '../state/index.js';
 
 /** A policy compiled for the lab's host: what an apply loads. */
 export interface CompiledPolicy {
@@ -44,7 +44,8 @@ export interface CliRun {
 export interface HostControl {
   readonly runner: Runner;
   readonly state: StateDir;
-  readonly table: string;
+  /** The backend's options (its defaults: the lab's host is a host like any). */
+  readonly options: BackendOptions;
   readonly backend: Backend;
   readonly netns: string;
   compile(ir: HostIR, file: string): CompiledPolicy;
@@ -82,12 +83,26 @@ export function createHostControl(options: {
   /** The policy and facts files `run` reads. */
   readonly policyFile: string;
   readonly factsFile: string;
+  /** The backend the lab's facts choose. */
+  readonly backend: Backend;
 }): HostControl {
-  const runner = createRunner({ netns: options.netns, guard: true });
-  const state = new StateDir({ root: options.stateRoot, netns: options.netns });
-  const table = DEFAULT_TABLE;
-  const backend = nftablesBackend;
-  const target = ['--netns', options.netns, '--state-dir', options.stateRoot, '--table', table];
+  const { backend } = options;
+  const host = createHostTarget({
+    netns: options.netns,
+    stateDir: options.stateRoot,
+    guard: true,
+    backend: backend.name,
+  });
+  const { runner, state } = host;
+  const context = hostContext(host, backend);
+  const target = [
+    '--netns',
+    options.netns,
+    '--state-dir',
+    options.stateRoot,
+    '--target',
+    backend.name,
+  ];
   const residentLog: ResidentLogEntry[] = [];
   let resident: { kill: (signal: NodeJS.Signals) => void; exited: Promise<unknown> } | undefined;
 
@@ -104,14 +119,14 @@ export function createHostControl(options: {
   return {
     runner,
     state,
-    table,
+    options: host.options,
     backend,
     netns: options.netns,
 
     compile(ir, policyFile) {
-      const { artifacts, hash } = compileWithHash(backend.createCompiler(), {
+      const { artifacts, hash } = compileWithHash(backend, {
         ir,
-        tableName: table,
+        options: host.options,
         versions: { compiler: options.version, agent: options.version },
       });
       return {
@@ -119,7 +134,7 @@ export function createHostControl(options: {
         name: ir.name,
         hash,
         artifacts,
-        lockdown: artifacts.find((a) => a.name === LOCKDOWN_ARTIFACT)?.content,
+        lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
       };
     },
 
@@ -130,10 +145,7 @@ export function createHostControl(options: {
         try {
           const attemptStarted = performance.now();
           const report = await applyGeneration({
-            backend,
-            runner,
-            state,
-            table,
+            ...context,
             policy: policy.name,
             hash: policy.hash,
             artifacts: policy.artifacts,
@@ -154,11 +166,11 @@ export function createHostControl(options: {
     },
 
     readLive(policy) {
-      return backend.createInspector({ runner, tableName: table }).read(policy?.artifacts);
+      return backend.createInspector(context).read(policy?.artifacts);
     },
 
     status() {
-      return readStatus({ backend, runner, state, table });
+      return readStatus(context);
     },
 
     async cli(args, cliOptions = {}) {

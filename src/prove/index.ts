@@ -35,17 +35,10 @@ export {
 export { parsePacket, isIcmpError, type ObservedPacket } from './lab/parse-packet.js';
 export { countPackets } from './lab/count-packets.js';
 export { buildFactsTopology, type FactsLab } from './build-facts-topology.js';
-export {
-  createKernelHarness,
-  unsendableReason,
-  type KernelHarness,
-  type KernelHarnessOptions,
-  type KernelMeasurement,
-  type KernelObserved,
-} from './kernel-harness.js';
+export { labAccess } from './lab-access.js';
 export { proveInLab, type ProveOptions, type ProofReport, type ProofVersions } from './prove.js';
 export { renderSummary, renderJunit, type SummaryOptions } from './reports.js';
-export { SCENARIOS } from './scenarios/index.js';
+export { scenariosFor } from './scenarios/index.js';
 export type { ScenarioResult, Scenario, Finding, StreamJudgement } from './scenario.js';
 export type { ProbeJudgement, OracleVerdict } from './oracles.js';
 export type { RequirementCoverage, Level } from './coverage.js';

@@ -7,8 +7,8 @@ import type { LabProbe, TunnelState } from './lab-probes.js';
 import { labScript } from './lab-services.js';
 import type { FarSide, ProofLab } from './plan-proof-lab.js';
 
-/** The layers a proof names: policy routing and the backend's filter. */
-export type ProofLayer = 'routing' | 'nftables';
+/** A layer a proof names: one of the backend's (policy routing, its filter). */
+export type ProofLayer = string;
 
 /** What the probe's real client got (oracle 1). */
 export interface ClientOutcome {

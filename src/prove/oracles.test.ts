@@ -66,6 +66,7 @@ describe('judgePhase', () => {
       ]),
       sides(),
       plan,
+      'nftables',
     );
     expect(j?.passed).toBe(true);
     expect(j?.actedLayers).toEqual(['routing']);
@@ -96,6 +97,7 @@ describe('judgePhase', () => {
       ),
       sides({ uplink: packets('p0x0', '10.10.0.5', 10) }),
       plan,
+      'nftables',
     );
     expect(j?.passed).toBe(false);
     expect(j?.failingLayers).toEqual(['nftables']);
@@ -131,6 +133,7 @@ describe('judgePhase', () => {
       ),
       sides({ tunnel: packets('p0x0', '10.200.0.2', 10) }),
       plan,
+      'nftables',
     );
     expect(j?.passed).toBe(true);
     expect(j?.lost).toBe(0);
@@ -152,6 +155,7 @@ describe('judgePhase', () => {
       ]),
       untrusted,
       plan,
+      'nftables',
     );
     expect(j?.passed).toBe(false);
     expect(j?.oracles.find((o) => o.oracle === 'packets')?.verdict).toBe('unknown');

@@ -46,7 +46,7 @@ export interface ProbeJudgement {
   readonly oracles: readonly OracleVerdict[];
   /** All three agree with the expectation. */
   readonly passed: boolean;
-  /** The layers that acted, read from the enforcer (routing: the route; nftables: counters). */
+  /** The layers that acted, read from the enforcer (routing: the route; the filter: counters). */
   readonly actedLayers: readonly string[];
   /** When it failed: the layers that should have held and did not. */
   readonly failingLayers: readonly ProofLayer[];
@@ -67,6 +67,8 @@ export function judgePhase(
   phase: PhaseRun,
   sides: readonly SideObservation[],
   plan: ProofLab,
+  /** The backend's filter layer (explain's `filter`), by its firewall's name. */
+  filterLayer: string,
 ): ProbeJudgement[] {
   // A counter shared by several probes must have moved by at least all their raw packets (the
   // reassembly counter counts fragments: at least one per datagram).
@@ -81,7 +83,9 @@ export function judgePhase(
       .filter((l) => l.a.node === plan.host)
       .flatMap((l) => (l.a.addresses ?? []).map((a) => a.split('/')[0] ?? a)),
   );
-  return phase.runs.map((run) => judgeProbe({ run, phase, sides, plan, need, hostAddresses }));
+  return phase.runs.map((run) =>
+    judgeProbe({ run, phase, sides, plan, need, hostAddresses, filterLayer }),
+  );
 }
 
 function judgeProbe(input: {
@@ -91,6 +95,7 @@ function judgeProbe(input: {
   plan: ProofLab;
   need: ReadonlyMap<string, number>;
   hostAddresses: ReadonlySet<string>;
+  filterLayer: string;
 }): ProbeJudgement {
   const { run, phase, sides, plan } = input;
   const { probe } = run;
@@ -202,14 +207,18 @@ function judgeProbe(input: {
   }
 
   // Oracle 3: the enforcer's own account, naming the layer that acted.
-  const o3 = judgeEnforcer(run, phase, input.need, expectedSide?.iface ?? null);
+  const o3 = judgeEnforcer(run, phase, {
+    need: input.need,
+    expectedIface: expectedSide?.iface ?? null,
+    filterLayer: input.filterLayer,
+  });
 
   const oracles = [o1, o2, o3.verdict];
   const passed = oracles.every((o) => o.agrees);
   const expectedLayers: ProofLayer[] =
     phase.spec.expectLayer !== undefined
       ? [phase.spec.expectLayer]
-      : expect.layers.map((l) => (l === 'filter' ? 'nftables' : 'routing'));
+      : expect.layers.map((l) => (l === 'filter' ? input.filterLayer : 'routing'));
   let failingLayers: ProofLayer[] = [];
   if (!passed) {
     const missing = expectedLayers.filter((l) => !o3.acted.includes(l));
@@ -324,9 +333,13 @@ function fragmentsOf(
 function judgeEnforcer(
   run: ProbeRun,
   phase: PhaseRun,
-  need: ReadonlyMap<string, number>,
-  expectedIface: string | null,
+  context: {
+    readonly need: ReadonlyMap<string, number>;
+    readonly expectedIface: string | null;
+    readonly filterLayer: string;
+  },
 ): { verdict: OracleVerdict; acted: string[] } {
+  const { need, expectedIface, filterLayer } = context;
   const expect = run.probe.expect;
   const id = expect.decidedBy.id;
   const moved = id === null ? undefined : phase.counters.delta[id];
@@ -345,7 +358,7 @@ function judgeEnforcer(
   if (expect.verdict === 'deny') {
     if (DENYING_ROUTES.has(route.type)) acted.push('routing');
     if (phase.counters.present && moved !== undefined && moved >= Math.max(needed, 1)) {
-      acted.push('nftables');
+      acted.push(filterLayer);
     }
     if (route.flags.includes('linkdown')) acted.push('link (no carrier)');
     const layer = phase.spec.expectLayer;
@@ -367,7 +380,7 @@ function judgeEnforcer(
     route.type === 'local';
   const counterOk = !phase.counters.present || (moved !== undefined && moved >= needed);
   if (routeOk) acted.push('routing');
-  if (phase.counters.present && counterOk) acted.push('nftables');
+  if (phase.counters.present && counterOk) acted.push(filterLayer);
   return {
     acted,
     verdict: {

@@ -1,13 +1,14 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
+import { registry, type Backend } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import { readHostFacts, type HostFacts } from '../facts/index.js';
 import { createHostView, evaluateProbes, lowerForHost, type ProbeResult } from '../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type Policy } from '../policy/index.js';
 import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
-import { createHostControl, type CompiledPolicy } from './host-control.js';
+import { createHostControl, type CompiledPolicy, type HostControl } from './host-control.js';
 import { createLab, type Lab } from './lab/create-lab.js';
 import { deriveProbe, expandProbes, type SkippedProbe } from './lab-probes.js';
 import { startLabServices } from './lab-services.js';
@@ -15,8 +16,13 @@ import { messageOf } from './measure-phase.js';
 import { writePolicyVariant } from './policy-variant.js';
 import { planProofLab } from './plan-proof-lab.js';
 import { RestoreStack, type RestoreRecord } from './restore-stack.js';
-import { runScenario, type ProofEnvironment, type ScenarioResult } from './scenario.js';
-import { SCENARIOS } from './scenarios/index.js';
+import {
+  runScenario,
+  type ProofEnvironment,
+  type Scenario,
+  type ScenarioResult,
+} from './scenario.js';
+import { scenariosFor } from './scenarios/index.js';
 
 /** Options of proveInLab. */
 export interface ProveOptions {
@@ -40,7 +46,8 @@ export interface ProveOptions {
 /** Tool versions and where the proof ran, for the evidence. */
 export interface ProofVersions {
   readonly egressguard: string;
-  readonly nft: string;
+  /** The backend's tools and their versions. */
+  readonly tools: Readonly<Record<string, string>>;
   readonly kernel: string;
   readonly iproute2: string;
   readonly python: string;
@@ -54,6 +61,9 @@ export interface ProofReport {
   readonly policyFile: string;
   readonly factsFile: string;
   readonly hash: string;
+  /** The backend proven, and its layers as proofs name them. */
+  readonly backend: string;
+  readonly layers: readonly string[];
   readonly versions: ProofVersions;
   readonly lab: { readonly id: string; readonly namespaces: readonly string[] };
   readonly startedAt: string;
@@ -94,7 +104,8 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
   const l1 = evaluateProbes(ir, view, policy.requirements);
   const { probes, skipped } = expandProbes(policy, ir, view, { only: options.only });
   const plan = planProofLab(ir, facts, probes);
-  const scenarios = selectScenarios(options.scenarios);
+  const backend = provableBackend(facts);
+  const scenarios = selectScenarios(scenariosFor(backend), options.scenarios);
 
   const temp = mkdtempSync(join(tmpdir(), 'egressguard-prove-'));
   const restores = new RestoreStack();
@@ -149,6 +160,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       version: options.version,
       policyFile: options.policyFile,
       factsFile: labFacts,
+      backend,
     });
     const theHost = host;
     // Torn down last: the resident stops only after every pending restore ran.
@@ -164,7 +176,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
     );
     await host.apply(policyA);
     await host.startResident();
-    const versions = await readVersions(host.runner, options.version);
+    const versions = await readVersions(host, options.version);
 
     const env: ProofEnvironment = {
       lab,
@@ -213,6 +225,8 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       policyFile: options.policyFile,
       factsFile,
       hash: policyA.hash,
+      backend: backend.name,
+      layers: backend.prove?.layers ?? [],
       versions,
       lab: labInfo,
       startedAt,
@@ -275,32 +289,47 @@ function loadValid(file: string): Policy {
   return parsed.policy;
 }
 
-function selectScenarios(ids: readonly string[] | undefined): typeof SCENARIOS {
-  if (ids === undefined) return SCENARIOS;
-  const unknown = ids.filter((id) => !SCENARIOS.some((s) => s.id === id));
+function selectScenarios(
+  all: readonly Scenario[],
+  ids: readonly string[] | undefined,
+): readonly Scenario[] {
+  if (ids === undefined) return all;
+  const unknown = ids.filter((id) => !all.some((s) => s.id === id));
   if (unknown.length > 0) {
     throw new EgressguardError(
       'usage',
       `Cannot run scenario${unknown.length === 1 ? '' : 's'} ${unknown.map((u) => `"${u}"`).join(', ')}: no such scenario`,
-      { hint: `choose from ${SCENARIOS.map((s) => s.id).join(', ')}` },
+      { hint: `choose from ${all.map((s) => s.id).join(', ')}` },
     );
   }
-  return SCENARIOS.filter((s, i) => i === 0 || ids.includes(s.id));
+  return all.filter((s, i) => i === 0 || ids.includes(s.id));
 }
 
-async function readVersions(
-  runner: ReturnType<typeof createRunner>,
-  version: string,
-): Promise<ProofVersions> {
+/** The backend the facts choose, if a lab here can run its enforcer and measure it. */
+function provableBackend(facts: HostFacts): Backend {
+  const backend = registry.forFacts(facts);
+  if (backend.prove === undefined || !backend.capabilities.runsHere) {
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot prove on ${backend.name} in a lab here: its enforcer does not run on this machine`,
+      {
+        hint: 'run its self-test on a host of its own (`egressguard selftest`), or prove the policy with Linux facts',
+      },
+    );
+  }
+  return backend;
+}
+
+async function readVersions(host: HostControl, version: string): Promise<ProofVersions> {
   const read = async (argv: readonly string[]): Promise<string> => {
-    const result = await runner.run(argv, { effect: 'read', allowFailure: true });
+    const result = await host.runner.run(argv, { effect: 'read', allowFailure: true });
     return (result.stdout || result.stderr).trim().split('\n')[0] ?? '';
   };
-  const [nft, kernel, iproute2, python] = await Promise.all([
-    read(['nft', '--version']),
+  const [tools, kernel, iproute2, python] = await Promise.all([
+    host.backend.readVersions?.(host.runner) ?? {},
     read(['uname', '-r']),
     read(['ip', '-V']),
     read(['python3', '--version']),
   ]);
-  return { egressguard: version, nft, kernel, iproute2, python, node: process.version };
+  return { egressguard: version, tools, kernel, iproute2, python, node: process.version };
 }

@@ -8,9 +8,11 @@ const report: ProofReport = {
   policyFile: 'p.yaml',
   factsFile: 'facts.json',
   hash: 'a'.repeat(64),
+  backend: 'nftables',
+  layers: ['routing', 'nftables'],
   versions: {
     egressguard: '0.1.0',
-    nft: 'nftables v1.0.6',
+    tools: { nft: '1.0.6' },
     kernel: '6.1',
     iproute2: 'ip',
     python: 'Python 3',

@@ -21,7 +21,13 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
   const v = report.versions;
   lines.push(
     paint('bold', `egressguard prove --lab: ${report.policy} (hash ${report.hash.slice(0, 12)})`),
-    `  lab ${report.lab.id} (${report.lab.namespaces.length} namespaces, torn down) · ${v.nft} · kernel ${v.kernel} · egressguard ${v.egressguard} · ${seconds(report.durationMs)}`,
+    `  lab ${report.lab.id} (${report.lab.namespaces.length} namespaces, torn down) · ${Object.entries(
+      v.tools,
+    )
+      .map(([tool, version]) => `${tool} ${version}`)
+      .join(
+        ', ',
+      )} · kernel ${v.kernel} · egressguard ${v.egressguard} · ${seconds(report.durationMs)}`,
     `  ${report.probes} lab probes from ${report.l1.length} policy probes (each also as UDP/TCP/ICMP and in the other tunnel state, judged by the reference evaluator)`,
     '',
     paint('bold', 'Scenarios') +
@@ -30,7 +36,7 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
   for (const s of report.scenarios) lines.push(...scenarioLines(s, paint));
 
   lines.push('', paint('bold', 'Each layer alone'));
-  for (const layer of ['nftables', 'routing'] as const) {
+  for (const layer of [...report.layers].reverse()) {
     const s = report.scenarios.find((r) => r.layer === layer);
     if (s === undefined || s.status === 'skipped') {
       lines.push(

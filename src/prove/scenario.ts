@@ -264,7 +264,9 @@ export async function runScenario(
     }
   }
   const sides = await observers.stop();
-  const judgements = phases.flatMap((phase) => judgePhase(phase, sides, env.plan));
+  const judgements = phases.flatMap((phase) =>
+    judgePhase(phase, sides, env.plan, env.host.backend.layer),
+  );
   const streamJudgements = streamResults.flatMap(({ tracked, result, error: streamError }) => {
     if (result === undefined) {
       findings.push({

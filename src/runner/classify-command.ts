@@ -1,24 +1,41 @@
 /**
- * Whether a command line only reads state. Anything not recognised here counts as a change, so the
- * root-namespace guard fails closed on commands it does not know. `input` is what the command
- * reads on stdin: `ip -batch -` is a read when every command it is given is one.
+ * What a command line does: only reads state, changes it, or acts on a model that stands for a
+ * firewall that cannot run here (a backend's model of it): no network of this machine.
  */
-export function isReadOnlyCommand(argv: readonly string[], input?: string): boolean {
+export type CommandClass = 'read' | 'change' | 'offline';
+
+/** Classifies the command lines of one tool (a backend's); undefined for other tools. */
+export type CommandClassifier = (
+  argv: readonly string[],
+  input?: string,
+) => CommandClass | undefined;
+
+/**
+ * What a command line does. The classifiers given (the backends' own tools) go first; anything
+ * no one recognises counts as a change, so the root-namespace guard fails closed on commands it
+ * does not know. `input` is what the command reads on stdin: `ip -batch -` is a read when every
+ * command it is given is one.
+ */
+export function classifyCommand(
+  argv: readonly string[],
+  input?: string,
+  classifiers: readonly CommandClassifier[] = [],
+): CommandClass {
+  for (const classify of classifiers) {
+    const found = classify(argv, input);
+    if (found !== undefined) return found;
+  }
+  return isReadOnlyCommand(argv, input) ? 'read' : 'change';
+}
+
+function isReadOnlyCommand(argv: readonly string[], input?: string): boolean {
   const [cmd, ...args] = argv;
   const name = cmd?.split('/').pop();
   switch (name) {
-    case 'nft':
-      return isReadOnlyNft(args);
     case 'ip':
       return isReadOnlyIpBatch(args, input) ?? isReadOnlyIp(args);
     case 'tc':
       return isReadOnlyTc(args);
-    case 'pfctl':
-      // Not `-n`: pfctl processes `load anchor` even with -n (DESIGN.md §1, incident A).
-      return (
-        args.some((a) => /^-v*s/.test(a)) &&
-        !args.some((a) => /^-[a-zA-Z]*[fFeEdXkKTt]/.test(a) && !/^-v*s/.test(a))
-      );
     case 'sysctl':
       return !args.some(
         (a) => ['-w', '--write', '-p', '--load', '--system', '-f'].includes(a) || a.includes('='),
@@ -40,7 +57,7 @@ export function isReadOnlyCommand(argv: readonly string[], input?: string): bool
 }
 
 /** Words that are not options nor option values (`-n NAME`, `-f inet`, `-f FILE`, …). */
-function operands(args: readonly string[], withValue: ReadonlySet<string>): string[] {
+export function commandOperands(args: readonly string[], withValue: ReadonlySet<string>): string[] {
   const out: string[] = [];
   for (let i = 0; i < args.length; i++) {
     const a = args[i] ?? '';
@@ -51,19 +68,6 @@ function operands(args: readonly string[], withValue: ReadonlySet<string>): stri
     out.push(a);
   }
   return out;
-}
-
-const NFT_VALUE_OPTIONS = new Set(['-f', '--file', '-I', '--includepath', '-D', '--define']);
-
-/** `nft [options] list …` or `monitor`, or `nft -c …` (check only); never a `;` chain of commands. */
-function isReadOnlyNft(args: readonly string[]): boolean {
-  if (args.some((a) => a.includes(';'))) return false;
-  if (args.includes('-c') || args.includes('--check')) return true;
-  if (args.length > 0 && args.every((a) => a === '-v' || a === '--version')) return true;
-  if (args.some((a) => a === '-f' || a === '--file' || a === '-i' || a === '--interactive'))
-    return false;
-  const [verb] = operands(args, NFT_VALUE_OPTIONS);
-  return verb === 'list' || verb === 'monitor';
 }
 
 const IP_READ_VERBS = new Set(['show', 'list', 'ls', 'lst', 'get']);
@@ -105,7 +109,7 @@ function isReadOnlyIpBatch(
   }
   if (!/^[A-Za-z0-9 ._:/\n-]*$/.test(input)) return false;
   const options = args.filter((_, i) => i !== at && i !== at + 1);
-  if (operands(options, IP_VALUE_OPTIONS).length > 0) return false; // a command beside the batch
+  if (commandOperands(options, IP_VALUE_OPTIONS).length > 0) return false; // a command beside the batch
   const lines = input
     .split('\n')
     .map((l) => l.trim())
@@ -116,7 +120,7 @@ function isReadOnlyIpBatch(
 function isReadOnlyIp(args: readonly string[]): boolean {
   // A batch file or -force can hold any change.
   if (args.some((a) => ipOption(a) !== undefined)) return false;
-  const words = operands(args, IP_VALUE_OPTIONS);
+  const words = commandOperands(args, IP_VALUE_OPTIONS);
   if (args.includes('-V') || args.includes('-Version')) return true;
   // `ip xfrm policy show`: xfrm has objects of its own, so its verb comes one word later.
   const [object, verb] = words[0] === 'xfrm' ? words.slice(1) : words;

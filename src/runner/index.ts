@@ -10,4 +10,9 @@ export {
   type Effect,
 } from './runner.js';
 export { Faults, type FaultAction } from './faults.js';
-export { isReadOnlyCommand } from './classify-command.js';
+export {
+  classifyCommand,
+  commandOperands,
+  type CommandClass,
+  type CommandClassifier,
+} from './classify-command.js';

@@ -3,7 +3,11 @@ import { createInterface } from 'node:readline';
 import { spawn as spawnProcess, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { EgressguardError } from '../core/index.js';
-import { isReadOnlyCommand, targetsNamedNamespace } from './classify-command.js';
+import {
+  classifyCommand,
+  targetsNamedNamespace,
+  type CommandClassifier,
+} from './classify-command.js';
 import { Faults } from './faults.js';
 
 /** What a command does to the network namespace it runs in, as the caller declares it. */
@@ -69,6 +73,8 @@ export interface RunnerOptions {
   readonly faults?: Faults;
   /** Append every invocation as a JSON line; defaults to EGRESSGUARD_AUDIT_LOG. */
   readonly auditLog?: string | undefined;
+  /** How the backends' own tools read or change state (the registry's classifiers). */
+  readonly classifiers?: readonly CommandClassifier[];
 }
 
 const NETNS_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/; // never a leading '-': it would be an option of ip
@@ -78,6 +84,7 @@ export function createRunner(options: RunnerOptions = {}): Runner {
     guard: options.guard ?? process.env['EGRESSGUARD_ROOTNS_GUARD'] === '1',
     faults: options.faults ?? Faults.fromEnv(process.env['EGRESSGUARD_FAULTS']),
     auditLog: options.auditLog ?? process.env['EGRESSGUARD_AUDIT_LOG'],
+    classifiers: options.classifiers ?? [],
     invocations: [] as Invocation[],
   };
   return makeRunner(shared, options.netns);
@@ -87,6 +94,7 @@ interface Shared {
   readonly guard: boolean;
   readonly faults: Faults;
   readonly auditLog: string | undefined;
+  readonly classifiers: readonly CommandClassifier[];
   readonly invocations: Invocation[];
 }
 
@@ -102,12 +110,13 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
     declared: Effect,
     input?: string,
   ): { full: string[]; effect: Effect } => {
-    const effect: Effect =
-      declared === 'read' && isReadOnlyCommand(argv, input) ? 'read' : 'change';
+    const found = classifyCommand(argv, input, shared.classifiers);
+    const effect: Effect = declared === 'read' && found === 'read' ? 'read' : 'change';
     if (
       shared.guard &&
       netns === undefined &&
       effect === 'change' &&
+      found !== 'offline' &&
       !targetsNamedNamespace(argv)
     ) {
       throw new EgressguardError(
@@ -248,7 +257,7 @@ function runToCompletion(
     let problem = '';
     child.stdout.on('data', (chunk: Buffer) => stdout.push(chunk));
     child.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
-    // A command that exits before reading its input (a failing nft) closes the pipe early.
+    // A command that exits before reading its input (one that fails at once) closes the pipe early.
     child.stdin.on('error', () => undefined);
     const timer = setTimeout(() => {
       problem = `timed out after ${options.timeoutMs ?? DEFAULT_TIMEOUT_MS} ms`;

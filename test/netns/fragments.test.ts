@@ -2,7 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { compileWithHash, nftablesBackend, type Artifact } from '../../src/backends/index.js';
+import { compileWithHash, type Artifact } from '../../src/backends/index.js';
+import { nftablesBackend } from '../../src/backends/nftables/index.js';
 import { gatherFacts, type HostFacts } from '../../src/facts/index.js';
 import {
   createHostView,
@@ -130,13 +131,13 @@ async function applyPolicy(text: string, name: string): Promise<Compiled> {
   const { policy, issues } = loadPolicy(file);
   if (policy === undefined) throw new Error(JSON.stringify(issues));
   const ir = lowerForHost(policy, facts);
-  const { artifacts } = compileWithHash(nftablesBackend.createCompiler(), {
+  const { artifacts } = compileWithHash(nftablesBackend, {
     ir,
-    tableName: TABLE,
+    options: { table: TABLE },
     versions: { compiler: 'test', agent: 'test' },
   });
   await nftablesBackend
-    .createApplier({ runner: lab.runner('host'), tableName: TABLE })
+    .createApplier({ runner: lab.runner('host'), options: { table: TABLE } })
     .apply(artifacts, { previous: undefined });
   const view = createHostView(facts);
   return {

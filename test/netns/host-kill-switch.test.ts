@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { nftablesBackend } from '../../src/backends/index.js';
+import { nftablesBackend } from '../../src/backends/nftables/index.js';
 import { readHostFacts } from '../../src/facts/index.js';
 import { lowerForHost } from '../../src/ir/index.js';
 import { loadPolicy } from '../../src/policy/index.js';
@@ -23,8 +23,8 @@ const parsed = loadPolicy(join(CASE, 'policy.yaml'));
 if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
 const artifacts = nftablesBackend
   .createCompiler()
-  .compile(lowerForHost(parsed.policy, facts), { tableName: TABLE });
-const inspector = nftablesBackend.createInspector({ runner: host, tableName: TABLE });
+  .compile(lowerForHost(parsed.policy, facts), { options: { table: TABLE } });
+const inspector = nftablesBackend.createInspector({ runner: host, options: { table: TABLE } });
 
 async function ip(...args: string[]): Promise<void> {
   await host.run(['ip', ...args], { effect: 'change' });
@@ -57,7 +57,7 @@ describe('the kill switch of a host-originated class', () => {
     }
     await ip('route', 'add', 'default', 'via', '198.51.100.1', 'dev', 'eth0');
     await nftablesBackend
-      .createApplier({ runner: host, tableName: TABLE })
+      .createApplier({ runner: host, options: { table: TABLE } })
       .apply(artifacts, { previous: undefined });
   });
 

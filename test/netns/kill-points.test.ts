@@ -74,8 +74,8 @@ describe('apply killed at each step', () => {
     expect(first).toMatchObject({
       generation: 1,
       deferred: [
-        'route 0.0.0.0/0 dev tun0 table 7350 (device absent)',
-        'route ::/0 dev tun0 table 7350 (device absent)',
+        { what: 'route 0.0.0.0/0 dev tun0 table 7350', waitingFor: 'tun0' },
+        { what: 'route ::/0 dev tun0 table 7350', waitingFor: 'tun0' },
       ],
     });
     live = { side: 'A', generation: 1 };

@@ -1,5 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_TABLE } from '../../src/backends/index.js';
+import {
+  createKernelHarness,
+  DEFAULT_TABLE,
+  type KernelObserved,
+} from '../../src/backends/nftables/index.js';
 import { gatherFacts, type HostFacts } from '../../src/facts/index.js';
 import {
   createHostView,
@@ -10,7 +14,7 @@ import {
   type PacketArguments,
 } from '../../src/ir/index.js';
 import { loadPolicy } from '../../src/policy/index.js';
-import { createKernelHarness, type Lab, type KernelObserved } from '../../src/prove/index.js';
+import { labAccess, type Lab } from '../../src/prove/index.js';
 import type { RunningCommand } from '../../src/runner/index.js';
 import {
   cli,
@@ -172,7 +176,7 @@ describe('explain agrees with the kernel on link-local traffic', () => {
         );
     }
     const harness = createKernelHarness({
-      lab,
+      lab: labAccess(lab),
       node: HOST,
       table: DEFAULT_TABLE,
       senderFor: () => 'vpnwl',

@@ -5,10 +5,20 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   checkConformance,
   generateBoundaryPackets,
-  nftablesBackend,
   type TestPacket,
 } from '../../src/backends/index.js';
-import { preparePolicy, resolveTarget, type Prepared } from '../../src/cli/host-target.js';
+import {
+  createKernelHarness,
+  nftablesBackend,
+  unsendableReason,
+  type KernelObserved,
+} from '../../src/backends/nftables/index.js';
+import {
+  createHostTarget,
+  prepareForFacts,
+  requirePolicy,
+  type Prepared,
+} from '../../src/host/index.js';
 import {
   AddressSet,
   formatAddress,
@@ -26,11 +36,9 @@ import {
 import { readHostFacts } from '../../src/facts/index.js';
 import {
   buildFactsTopology,
-  createKernelHarness,
-  unsendableReason,
+  labAccess,
   withLab,
   type FactsLab,
-  type KernelObserved,
   type Lab,
 } from '../../src/prove/index.js';
 import { createRunner, type Runner } from '../../src/runner/index.js';
@@ -75,10 +83,13 @@ describe('nft differential: the reference evaluator against the kernel', () => {
     const skip = linuxSkipReason(join(dir, 'facts.json'));
     const title = skip === undefined ? name : `${name} (skipped: ${skip})`;
     (skip === undefined ? it : it.skip)(title, { timeout: 60_000 }, async () => {
-      const prepared = await preparePolicy(
-        join(dir, 'policy.yaml'),
-        resolveTarget({ table: TABLE }),
-        { facts: join(dir, 'facts.json') },
+      // The nftables compiler runs for the facts of any OS: the kernel judges its output.
+      const prepared = prepareForFacts(
+        createHostTarget({ backend: 'nftables', options: { table: TABLE } }),
+        {
+          policy: requirePolicy(join(dir, 'policy.yaml')).policy,
+          facts: readHostFacts(join(dir, 'facts.json')),
+        },
       );
       await runDifferential(name, prepared);
     });
@@ -105,10 +116,13 @@ async function runDifferential(name: string, prepared: Prepared): Promise<void> 
 
   await withLab(plan.topology, async (lab) => {
     const hostRunner = lab.runner(plan.host);
-    const applier = nftablesBackend.createApplier({ runner: hostRunner, tableName: TABLE });
+    const applier = nftablesBackend.createApplier({
+      runner: hostRunner,
+      options: { table: TABLE },
+    });
     await applier.apply(prepared.artifacts, { previous: undefined });
     const harness = createKernelHarness({
-      lab,
+      lab: labAccess(lab),
       node: plan.host,
       table: TABLE,
       senderFor: (ingress) => {

@@ -19,7 +19,7 @@ describe('golden rulesets load in the real kernel', () => {
   });
 
   const files = readdirSync(VALID).flatMap((name) =>
-    ['expected.nft', 'expected.lockdown.nft']
+    ['expected.nftables.ruleset.nft', 'expected.nftables.lockdown.nft']
       .map((f) => join(name, f))
       .filter((f) => existsSync(join(VALID, f))),
   );

@@ -37,7 +37,7 @@ describe('prove --lab against a build whose kill switch never fires', () => {
     // The summary says it in words: the layer, the requirement, the leak.
     expect(run.stdout).toMatch(/nftables: did NOT hold alone in layer-nftables/);
     expect(run.stdout).toMatch(
-      /layer-nftables\/steering removed: R-VPN-01 "10\.10\.0\.5 > 203\.0\.113\.7 tcp\/443 \(tunnel down\)": layer nftables did not hold/,
+      /layer-nftables\/routing removed: R-VPN-01 "10\.10\.0\.5 > 203\.0\.113\.7 tcp\/443 \(tunnel down\)": layer nftables did not hold/,
     );
     expect(run.junit).toMatch(
       /<failure message="[^"]*layer nftables did not hold[^"]*" type="nftables"\/>/,

@@ -32,7 +32,8 @@ describe('prove --lab: linux-vpn-gateway', () => {
     );
     expect(report.scenarios.map((s) => s.status).filter((s) => s === 'error')).toEqual([]);
     expect(report.hash).toMatch(/^[0-9a-f]{64}$/);
-    expect(report.versions.nft).toMatch(/nftables v\d/);
+    expect(report.versions.tools['nft']).toMatch(/^\d+\.\d+/);
+    expect(report).toMatchObject({ backend: 'nftables', layers: ['routing', 'nftables'] });
     expect(report.versions.kernel).not.toBe('');
     expect(report.scenarios.every((s) => /^eg[0-9a-f]{14}$/.test(s.nonce ?? ''))).toBe(true);
     expect(report.restores.length).toBeGreaterThan(0);

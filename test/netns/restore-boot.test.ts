@@ -124,8 +124,8 @@ describe.concurrent('restore at boot', () => {
         kind: 'restored',
         generation: 1,
         deferred: [
-          'route 0.0.0.0/0 dev tun0 table 7350 (device absent)',
-          'route ::/0 dev tun0 table 7350 (device absent)',
+          { what: 'route 0.0.0.0/0 dev tun0 table 7350', waitingFor: 'tun0' },
+          { what: 'route ::/0 dev tun0 table 7350', waitingFor: 'tun0' },
         ],
       });
       expect(await liveStamp(lab)).toBe(hashA);
@@ -140,7 +140,7 @@ describe.concurrent('restore at boot', () => {
       expect(now).toMatchObject({ condition: 'InSync', liveHash: hashA });
       expect(now.live.tunnels).toEqual([{ name: 'tun0', state: 'absent' }]);
       expect(now.reasons.join('\n')).toMatch(
-        /waiting for the tunnel: ip route 0\.0\.0\.0\/0 dev tun0 table 7350 metric 100 \(tunnel down\)/,
+        /waiting for tunnel tun0: ip route 0\.0\.0\.0\/0 dev tun0 table 7350 metric 100/,
       );
 
       const [uplink, lan] = await measure(

@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { nftablesBackend, type Artifact } from '../../src/backends/index.js';
+import type { Artifact } from '../../src/backends/index.js';
+import { nftablesBackend } from '../../src/backends/nftables/index.js';
 import { parseHostFacts } from '../../src/facts/index.js';
 import { lowerForHost } from '../../src/ir/index.js';
 import { parsePolicy } from '../../src/policy/index.js';
@@ -52,7 +53,7 @@ ${classes}`,
   if (parsed.policy === undefined) throw new Error(JSON.stringify(parsed.issues));
   return nftablesBackend
     .createCompiler()
-    .compile(lowerForHost(parsed.policy, FACTS), { tableName: TABLE });
+    .compile(lowerForHost(parsed.policy, FACTS), { options: { table: TABLE } });
 }
 
 const VPN = `  vpn:
@@ -78,8 +79,8 @@ const WIDE = compile(`${VPN}  office:
 /** One tunnel, one class: table 7350 only. */
 const NARROW = compile(VPN);
 
-const applier = nftablesBackend.createApplier({ runner: host, tableName: TABLE });
-const inspector = nftablesBackend.createInspector({ runner: host, tableName: TABLE });
+const applier = nftablesBackend.createApplier({ runner: host, options: { table: TABLE } });
+const inspector = nftablesBackend.createInspector({ runner: host, options: { table: TABLE } });
 
 async function ip(...args: string[]): Promise<string> {
   return (await host.run(['ip', ...args], { effect: 'change' })).stdout;
@@ -202,7 +203,7 @@ describe('steering across owned routing tables', () => {
     await ip('route', 'add', '192.0.2.0/24', 'dev', 'eth0', 'table', '100');
     await ip('rule', 'add', 'from', '192.0.2.0/24', 'lookup', '100', 'priority', '100');
     expect((await inspector.read(WIDE)).unexpected).toEqual([
-      'ip route 192.0.2.0/24 dev tun1 table 9000 metric 0',
+      { what: 'ip route 192.0.2.0/24 dev tun1 table 9000 metric 0', waitingFor: null },
     ]);
 
     const { removed } = await applier.remove();

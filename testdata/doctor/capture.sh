@@ -189,7 +189,7 @@ table inet audit {
 	}
 }
 NFT
-nsx nft -f "$out/../policies/valid/linux-vpn-gateway/expected.nft"
+nsx nft -f "$out/../policies/valid/linux-vpn-gateway/expected.nftables.ruleset.nft"
 capture busy-host
 ip netns delete "$ns"
 
@@ -204,7 +204,7 @@ ip -n "$ns" addr add 10.10.0.1/24 dev vwl0
 ip -n "$ns" route add default via 198.51.100.1 dev eth0
 ip -n "$ns" rule add from 10.10.0.0/24 lookup 7350 priority 7350 proto 104
 ip -n "$ns" route add blackhole default table 7350 metric 4000000000 proto 104
-nsx nft -f "$out/../policies/valid/linux-vpn-gateway/expected.nft"
+nsx nft -f "$out/../policies/valid/linux-vpn-gateway/expected.nftables.ruleset.nft"
 capture clean-host
 
 # The repository's JSON is Prettier's.

@@ -11,11 +11,11 @@ import {
 } from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
 import type { Artifact, CompileOptions, Compiler } from '../backend.js';
-import { checkTableName, createNamer, nftString } from './nft-names.js';
+import { createNamer, nftString } from './nft-names.js';
+import { parseNftOptions } from './nft-options.js';
 import { definitionHash, setBlock, STAMP_SET } from './nft-sets.js';
 import { compileSteering, STEERING_ARTIFACT } from './steering.js';
 
-export const DEFAULT_TABLE = 'egressguard';
 export const RULESET_ARTIFACT = 'ruleset.nft';
 /** Loaded by `restore` when the state is lost: drops everything of every class. */
 export const LOCKDOWN_ARTIFACT = 'lockdown.nft';
@@ -57,13 +57,11 @@ const DHCP_MATCHES = [
 export function createNftCompiler(): Compiler {
   return {
     compile(ir: HostIR, options: CompileOptions = {}): readonly Artifact[] {
-      // The name is written into the nft transaction: "x {}; flush ruleset; table inet x"
-      // would otherwise be a ruleset of its own.
-      const table = checkTableName(options.tableName ?? DEFAULT_TABLE);
+      const { table, steering } = parseNftOptions(options.options);
       const stamp = options.stamp ?? BLANK_STAMP;
       return [
         { name: RULESET_ARTIFACT, content: compileRuleset(ir, { table, stamp }) },
-        { name: STEERING_ARTIFACT, content: compileSteering(ir, options.steering) },
+        { name: STEERING_ARTIFACT, content: compileSteering(ir, steering) },
         { name: LOCKDOWN_ARTIFACT, content: compileLockdown(ir, table) },
       ];
     },

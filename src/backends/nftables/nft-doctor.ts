@@ -1,4 +1,4 @@
-import type { Policy } from '../../policy/index.js';
+import type { PolicyIR } from '../../ir/index.js';
 import { classifyChains, type ForeignChain } from './nft-doctor-chains.js';
 import { classifyNetworkd, type NetworkdState } from './nft-doctor-networkd.js';
 import { classifyRouting } from './nft-doctor-routing.js';
@@ -85,7 +85,7 @@ export function createDoctorContext(input: {
   readonly table: string;
   readonly uplink: string | null;
   readonly uplinkProblem?: string | null;
-  readonly policy?: Policy | undefined;
+  readonly policy?: PolicyIR | undefined;
   readonly steering?: SteeringSpec | undefined;
 }): DoctorContext {
   const { policy, steering } = input;
@@ -112,9 +112,11 @@ export function createDoctorContext(input: {
     table: input.table,
     uplink: input.uplink,
     uplinkProblem: input.uplinkProblem ?? null,
-    classes: (policy?.classes ?? [])
-      .filter((c) => c.origin === 'forwarded')
-      .map((c) => ({ name: c.name, interfaces: [...c.ingress] })),
+    classes: (policy?.classes ?? []).flatMap((c) =>
+      c.selector.kind === 'ingress'
+        ? [{ name: c.name, interfaces: [...c.selector.interfaces] }]
+        : [],
+    ),
     tunnels: [...(policy?.tunnels ?? [])],
     steering: range,
   };

@@ -1,5 +1,7 @@
 import { EgressguardError } from '../../core/index.js';
 
+export const DEFAULT_TABLE = 'egressguard';
+
 // Stricter than nft's own identifier rule on purpose: a name we interpolate into a transaction
 // and into argv must never carry ";", braces, quotes or whitespace.
 const TABLE_NAME = /^[A-Za-z][A-Za-z0-9_]{0,31}$/;

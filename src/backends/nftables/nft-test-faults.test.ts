@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { disableKillSwitch } from './nft-test-faults.js';
 
 const GOLDEN = new URL(
-  '../../../testdata/policies/valid/linux-vpn-gateway/expected.nft',
+  '../../../testdata/policies/valid/linux-vpn-gateway/expected.nftables.ruleset.nft',
   import.meta.url,
 );
 

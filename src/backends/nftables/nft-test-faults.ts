@@ -20,3 +20,11 @@ export function disableKillSwitch(ruleset: string): string {
     )
     .join('\n');
 }
+
+/**
+ * Test fault only (EGRESSGUARD_FAULTS="steering.lose-rules=on"): something on the host deletes our
+ * routing rules as soon as they are added (as systemd-networkd does with foreign rules): the
+ * apply must see it in its read-back and say PartiallyApplied, every time, not only when a racing
+ * deleter happens to win. Never on by default.
+ */
+export const LOSE_RULES_FAULT = 'steering.lose-rules';

@@ -10,7 +10,13 @@ import type {
   Inspector,
   LiveState,
 } from '../backend.js';
-import { DEFAULT_TABLE, RULESET_ARTIFACT, createNftCompiler } from './nft-compiler.js';
+import { LOCKDOWN_ARTIFACT, RULESET_ARTIFACT, createNftCompiler } from './nft-compiler.js';
+import { classifyNftCommand, readNftVersions } from './nft-command.js';
+import { nftDoctor } from './nft-doctor-support.js';
+import { nftDrops } from './nft-drops.js';
+import { NFT_OPTIONS, parseNftOptions } from './nft-options.js';
+import { nftProve } from './nft-prove.js';
+import { renderUnits } from './systemd-units.js';
 import {
   BROKEN_RULESET_FAULT,
   breakRuleset,
@@ -22,13 +28,18 @@ import {
   type SetChange,
 } from './nft-applier.js';
 import { listLiveTable, readLiveTable, type LiveTable } from './nft-inspector.js';
-import { DISABLE_KILL_SWITCH_FAULT, disableKillSwitch } from './nft-test-faults.js';
-import { checkTableName } from './nft-names.js';
+import {
+  DISABLE_KILL_SWITCH_FAULT,
+  disableKillSwitch,
+  LOSE_RULES_FAULT,
+} from './nft-test-faults.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
   applySteeringDiff,
   describeDiff,
+  describeRoute,
+  describeRule,
   diffSteering,
   readLiveSteering,
   removeSteering,
@@ -47,10 +58,25 @@ export const nftablesBackend: Backend = {
     supportsRuleCounters: true,
     runsHere: true,
   },
+  options: NFT_OPTIONS,
+  artifactRoles: {
+    [RULESET_ARTIFACT]: 'firewall',
+    [STEERING_ARTIFACT]: 'routing',
+    [LOCKDOWN_ARTIFACT]: 'lockdown',
+  },
+  describeScope(options) {
+    return `table inet ${parseNftOptions(options).table}`;
+  },
+  classifyCommand: classifyNftCommand,
+  readVersions: readNftVersions,
   createCompiler: createNftCompiler,
   createApplier: (context) => createNftApplier(context),
   createInspector: (context) => createNftInspector(context),
   createWatcher: (context) => createNftWatcher(context.runner),
+  doctor: nftDoctor,
+  drops: nftDrops,
+  units: { description: 'systemd units', render: renderUnits },
+  prove: nftProve,
 };
 
 function artifact(artifacts: readonly Artifact[], name: string): string {
@@ -76,7 +102,7 @@ function steeringScope(spec: SteeringSpec | undefined): Pick<SteeringSpec, 'prot
 
 function createNftApplier(context: BackendContext): Applier {
   const { runner } = context;
-  const table = checkTableName(context.tableName ?? DEFAULT_TABLE);
+  const { table } = parseNftOptions(context.options);
   return {
     async plan(artifacts) {
       const ruleset = artifact(artifacts, RULESET_ARTIFACT);
@@ -134,11 +160,16 @@ function createNftApplier(context: BackendContext): Applier {
         const outcome = await timer.time('routing', () =>
           applySteeringDiff(runner, diffSteering(spec, liveSteering), spec.protocol),
         );
+        if (runner.faults.isOn(LOSE_RULES_FAULT)) {
+          const now = await readLiveSteering(runner, steeringScope(spec));
+          await removeSteering(runner, { ...now, ownedRoutes: [] }, spec.protocol);
+        }
         await runner.faults.hit('after-routes');
         return {
-          deferred: outcome.deferred.map(
-            (r) => `route ${r.destination} dev ${r.device ?? '?'} table ${r.table} (device absent)`,
-          ),
+          deferred: outcome.deferred.map((r) => ({
+            what: `route ${r.destination} dev ${r.device ?? '?'} table ${r.table}`,
+            waitingFor: r.device ?? null,
+          })),
         };
       } catch (error) {
         if (options.previous !== undefined) {
@@ -216,7 +247,7 @@ async function loadCompiled(
 
 function createNftInspector(context: BackendContext): Inspector {
   const { runner } = context;
-  const table = checkTableName(context.tableName ?? DEFAULT_TABLE);
+  const { table } = parseNftOptions(context.options);
   return {
     async read(expected): Promise<LiveState> {
       const spec = expected === undefined ? undefined : steeringOf(expected);
@@ -226,7 +257,7 @@ function createNftInspector(context: BackendContext): Inspector {
         readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []),
       ]);
       const diff = spec === undefined ? undefined : diffSteering(spec, liveSteering);
-      const absent = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
+      const down = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
       return {
         present: live.present,
         hash: live.hash,
@@ -240,17 +271,20 @@ function createNftInspector(context: BackendContext): Inspector {
         missing:
           diff === undefined
             ? []
-            : describeDiff({ ...diff, deleteRules: [], deleteRoutes: [] }).map(
-                (l) =>
-                  l.slice(2) +
-                  (absent.size > 0 && [...absent].some((n) => l.includes(`dev ${n} `))
-                    ? ' (tunnel down)'
-                    : ''),
-              ),
+            : [
+                ...diff.addRules.map((r) => ({ what: describeRule(r), waitingFor: null })),
+                ...diff.addRoutes.map((r) => ({
+                  what: describeRoute(r),
+                  waitingFor: r.device !== undefined && down.has(r.device) ? r.device : null,
+                })),
+              ],
         unexpected:
           diff === undefined
             ? []
-            : describeDiff({ ...diff, addRules: [], addRoutes: [] }).map((l) => l.slice(2)),
+            : [
+                ...diff.deleteRules.map((r) => ({ what: describeRule(r), waitingFor: null })),
+                ...diff.deleteRoutes.map((r) => ({ what: describeRoute(r), waitingFor: null })),
+              ],
         collisions: liveSteering.collisions,
         tunnels,
       };

@@ -136,11 +136,19 @@ export function diffSteering(desired: SteeringSpec, live: LiveSteering): Steerin
 /** One line per change, for `plan`. */
 export function describeDiff(diff: SteeringDiff): string[] {
   return [
-    ...diff.deleteRules.map((r) => `- ip rule ${ruleArgs(r).join(' ')}`),
-    ...diff.addRules.map((r) => `+ ip rule ${ruleArgs(r).join(' ')}`),
-    ...diff.deleteRoutes.map((r) => `- ip route ${routeArgs(r).join(' ')}`),
-    ...diff.addRoutes.map((r) => `+ ip route ${routeArgs(r).join(' ')}`),
+    ...diff.deleteRules.map((r) => `- ${describeRule(r)}`),
+    ...diff.addRules.map((r) => `+ ${describeRule(r)}`),
+    ...diff.deleteRoutes.map((r) => `- ${describeRoute(r)}`),
+    ...diff.addRoutes.map((r) => `+ ${describeRoute(r)}`),
   ];
+}
+
+export function describeRule(rule: SteeringRule): string {
+  return `ip rule ${ruleArgs(rule).join(' ')}`;
+}
+
+export function describeRoute(route: SteeringRoute): string {
+  return `ip route ${routeArgs(route).join(' ')}`;
 }
 
 export interface SteeringOutcome {

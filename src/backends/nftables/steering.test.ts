@@ -65,7 +65,7 @@ describe('steering table ids and rule priorities', () => {
 
   it('counts up from the table and priority chosen in the compile options', () => {
     const artifacts = createNftCompiler().compile(TWO_TUNNELS, {
-      steering: { table: 100, priority: 9000 },
+      options: { routeTable: '100', rulePriority: '9000' },
     });
     const spec = JSON.parse(
       artifacts.find((a) => a.name === STEERING_ARTIFACT)?.content ?? '',
@@ -199,7 +199,8 @@ describe('steering of classes with and without a kill switch', () => {
 
 describe('nft table name', () => {
   it('refuses a name that would inject into the nft transaction', () => {
-    const compile = (tableName: string) => createNftCompiler().compile(TWO_TUNNELS, { tableName });
+    const compile = (table: string) =>
+      createNftCompiler().compile(TWO_TUNNELS, { options: { table } });
     expect(usageError(() => compile('x {}; flush ruleset; table inet x'))).toBe(
       'Cannot use nft table name "x {}; flush ruleset; table inet x": a table name is a letter followed by at most 31 letters, digits or "_"',
     );
@@ -211,11 +212,11 @@ describe('nft table name', () => {
     }
     // The applier and inspector interpolate it into nft commands too.
     const runner = createRunner({ guard: true });
-    const tableName = 'x; flush ruleset';
-    expect(usageError(() => nftablesBackend.createApplier({ runner, tableName }))).toContain(
+    const options = { table: 'x; flush ruleset' };
+    expect(usageError(() => nftablesBackend.createApplier({ runner, options }))).toContain(
       'Cannot use nft table name "x; flush ruleset"',
     );
-    expect(usageError(() => nftablesBackend.createInspector({ runner, tableName }))).toContain(
+    expect(usageError(() => nftablesBackend.createInspector({ runner, options }))).toContain(
       'Cannot use nft table name',
     );
     const ruleset = compile('eg_2').find((a) => a.name === RULESET_ARTIFACT)?.content ?? '';

@@ -1,6 +1,5 @@
 import { EgressguardError, type Family } from '../../core/index.js';
 import type { HostIR } from '../../ir/index.js';
-import type { CompileOptions } from '../backend.js';
 
 export const STEERING_ARTIFACT = 'steering.json';
 
@@ -69,7 +68,10 @@ export interface SteeringSpec {
  * tunnel's routes vanish with its link the lookup falls through to the main table (what explain
  * and the `tunnel-without-kill-switch` warning promise).
  */
-export function buildSteering(ir: HostIR, options: CompileOptions['steering'] = {}): SteeringSpec {
+export function buildSteering(
+  ir: HostIR,
+  options: { readonly table?: number; readonly priority?: number } = {},
+): SteeringSpec {
   const d = STEERING_DEFAULTS;
   const tunnelClasses = ir.classes.filter((c) => c.via.kind === 'tunnel');
   const groups = [...new Set(tunnelClasses.map((c) => c.via.interface))]
@@ -141,7 +143,10 @@ export function buildSteering(ir: HostIR, options: CompileOptions['steering'] = 
   return { protocol: d.protocol, tunnels, rules, routes };
 }
 
-export function compileSteering(ir: HostIR, options: CompileOptions['steering']): string {
+export function compileSteering(
+  ir: HostIR,
+  options: { readonly table: number; readonly priority: number },
+): string {
   return `${JSON.stringify(buildSteering(ir, options), null, 2)}\n`;
 }
 

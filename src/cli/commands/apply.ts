@@ -1,15 +1,17 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
+import { describeLiveProblem, registry } from '../../backends/index.js';
 import { EgressguardError, packagePath } from '../../core/index.js';
+import { applyPrepared, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import {
-  applyPrepared,
-  addTargetOptions,
-  preparePolicy,
-  resolveTarget,
-  type TargetOptions,
-} from '../host-target.js';
 import { paint, printJson, printLine } from '../output.js';
+import {
+  addTargetOptions,
+  describeTarget,
+  targetOf,
+  warn,
+  type TargetOptions,
+} from '../target-options.js';
 
 /** Parses 90, 90s, 5m, 1h into seconds. */
 export function parseDuration(text: string): number {
@@ -40,7 +42,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
     program
       .command('apply')
       .description(
-        'Apply a policy atomically: nft table first, then routes and rules; read back and record it',
+        'Apply a policy atomically: the firewall first, then routes and rules; read back and record it',
       )
       .argument('<policy>', 'policy file (YAML)')
       .option('--facts <file>', 'host facts instead of reading the live host')
@@ -71,15 +73,20 @@ export function registerApply(program: Command, ctx: CommandContext): void {
       ) => {
         const seconds =
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
-        const target = resolveTarget(opts);
-        const prepared = await preparePolicy(file, target, opts);
+        const target = targetOf(opts);
+        const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+        // The revert must act on the same target: the same backend and its options.
         const passthrough = [
           ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
           ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
-          '--table',
-          target.table,
+          '--target',
+          prepared.backend.name,
+          ...prepared.backend.options.flatMap((o) => {
+            const value = target.options[o.key];
+            return value === undefined ? [] : [o.flag.split(' ')[0] ?? '', value];
+          }),
         ];
-        // The confirm timer goes in with the apply: it must be set before the nft commit.
+        // The confirm timer goes in with the apply: it must be set before the firewall commit.
         const report = await applyPrepared(target, prepared, {
           ...(opts.force === true ? { force: true } : {}),
           ...(seconds === undefined
@@ -100,10 +107,11 @@ export function registerApply(program: Command, ctx: CommandContext): void {
             hash: report.generation.hash,
             previousHash: report.previous?.hash ?? null,
             deferred: report.deferred,
+            timings: report.timings,
             confirmBy: pending?.deadline ?? null,
           });
         } else {
-          const where = target.netns === undefined ? 'this host' : `namespace "${target.netns}"`;
+          const where = describeTarget(target);
           printLine(
             ctx.output,
             report.changed
@@ -115,7 +123,10 @@ export function registerApply(program: Command, ctx: CommandContext): void {
               : `no change: ${where} already runs hash ${report.generation.hash.slice(0, 12)}`,
           );
           for (const d of report.deferred)
-            printLine(ctx.output, paint(ctx.output, 'yellow', `  waiting: ${d}`));
+            printLine(
+              ctx.output,
+              paint(ctx.output, 'yellow', `  waiting: ${describeLiveProblem(d)}`),
+            );
           if (pending !== undefined) {
             printLine(
               ctx.output,
@@ -137,8 +148,12 @@ function confirmCommand(opts: TargetOptions, command: Command): string {
   const args = ['egressguard', 'confirm'];
   if (opts.netns !== undefined) args.push('--netns', opts.netns);
   if (opts.stateDir !== undefined) args.push('--state-dir', opts.stateDir);
-  if (opts.table !== undefined && command.getOptionValueSource('table') === 'cli') {
-    args.push('--table', opts.table);
+  for (const { option } of registry.options()) {
+    const name = new Option(option.flag).attributeName();
+    const value = opts[name];
+    if (typeof value === 'string' && command.getOptionValueSource(name) === 'cli') {
+      args.push(option.flag.split(' ')[0] ?? '', value);
+    }
   }
   return args.map(shellQuote).join(' ');
 }

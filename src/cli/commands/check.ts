@@ -3,7 +3,7 @@ import type { CommandContext } from '../command-context.js';
 import { createHostView, evaluateProbes, lowerForHost, type ProbeResult } from '../../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
-import { findFactsFile } from '../load-inputs.js';
+import { findFactsFile } from '../../host/index.js';
 import { readHostFacts } from '../../facts/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 

@@ -1,20 +1,16 @@
-import type { Command } from 'commander';
-import type { CommandContext } from '../command-context.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { lowerForHost } from '../../ir/index.js';
-import { compileWithHash } from '../../backends/index.js';
+import type { Command } from 'commander';
+import { prepareForFacts, requireFacts, requirePolicy } from '../../host/index.js';
+import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import { requireFacts, requirePolicy } from '../load-inputs.js';
 import { printJson, printLine, type Output } from '../output.js';
-import { VERSION } from '../version.js';
-import { registry } from '../host-target.js';
+import { addBackendOptions, targetOf, warn, type TargetOptions } from '../target-options.js';
+import { registry } from '../../backends/index.js';
 
-export interface CompileCommandOptions {
-  readonly target?: string | undefined;
+export interface CompileCommandOptions extends TargetOptions {
   readonly facts?: string | undefined;
   readonly out?: string | undefined;
-  readonly table?: string | undefined;
   readonly json?: boolean | undefined;
 }
 
@@ -22,14 +18,8 @@ export interface CompileCommandOptions {
 export function runCompile(file: string, options: CompileCommandOptions, output: Output): number {
   const { policy } = requirePolicy(file);
   const facts = requireFacts(file, options.facts);
-  const backend =
-    options.target === undefined ? registry.forFacts(facts) : registry.get(options.target);
-  const ir = lowerForHost(policy, facts);
-  const { artifacts, hash } = compileWithHash(backend.createCompiler(), {
-    ir,
-    tableName: options.table,
-    versions: { compiler: VERSION, agent: VERSION },
-  });
+  const target = targetOf(options);
+  const { backend, artifacts, hash } = prepareForFacts(target, { policy, facts, warn });
   if (options.out !== undefined) {
     mkdirSync(options.out, { recursive: true });
     for (const a of artifacts) writeFileSync(join(options.out, a.name), a.content);
@@ -52,16 +42,22 @@ export function runCompile(file: string, options: CompileCommandOptions, output:
 
 /** Registers `compile`. */
 export function registerCompile(program: Command, ctx: CommandContext): void {
-  program
-    .command('compile')
-    .description('Compile a policy for a backend and print (or write) the artifacts, hash-stamped')
-    .argument('<policy>', 'policy file (YAML)')
-    .option('--target <backend>', "backend (default: the one for the facts' OS)")
-    .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
-    .option('--table <name>', 'owned table name', 'egressguard')
-    .option('--out <dir>', 'write the artifacts into this directory')
-    .option('--json', 'print the artifacts and the hash as JSON')
-    .action((file: string, opts: Parameters<typeof runCompile>[1]) => {
-      ctx.setExit(runCompile(file, opts, ctx.output));
-    });
+  addBackendOptions(
+    program
+      .command('compile')
+      .description(
+        'Compile a policy for a backend and print (or write) the artifacts, hash-stamped',
+      )
+      .argument('<policy>', 'policy file (YAML)')
+      .option(
+        '--target <backend>',
+        `backend (${registry.names().join(', ')}; default: the one for the facts' OS)`,
+      )
+      .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
+      .option('--out <dir>', 'write the artifacts into this directory')
+      .option('--json', 'print the artifacts and the hash as JSON'),
+    registry.options(),
+  ).action((file: string, opts: CompileCommandOptions) => {
+    ctx.setExit(runCompile(file, opts, ctx.output));
+  });
 }

@@ -2,8 +2,9 @@ import type { Command } from 'commander';
 import { confirmGeneration } from '../../apply/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import { addTargetOptions, resolveTarget, type TargetOptions } from '../host-target.js';
+import { backendOf, hostContext } from '../../host/index.js';
 import { printJson, printLine } from '../output.js';
+import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
 
 /** Registers `confirm`. */
 export function registerConfirm(program: Command, ctx: CommandContext): void {
@@ -13,8 +14,8 @@ export function registerConfirm(program: Command, ctx: CommandContext): void {
       .description('Keep the generation applied with --confirm-within: cancel its revert')
       .option('--json', 'print the confirmed generation as JSON'),
   ).action(async (opts: TargetOptions & { json?: boolean }) => {
-    const target = resolveTarget(opts);
-    const pending = await confirmGeneration(target);
+    const target = targetOf(opts);
+    const pending = await confirmGeneration(hostContext(target, backendOf(target)));
     if (opts.json === true) printJson(ctx.output, { confirmed: pending.generation });
     else printLine(ctx.output, `confirmed generation ${pending.generation}`);
     ctx.setExit(EXIT.ok);

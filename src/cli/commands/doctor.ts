@@ -1,27 +1,20 @@
 import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import {
-  buildSteering,
-  createDoctorContext,
-  DEFAULT_TABLE,
-  diagnose,
-  readDoctorSnapshot,
-  type DoctorArea,
+  registry,
   type DoctorFinding,
   type DoctorReport,
   type DoctorSeverity,
 } from '../../backends/index.js';
-import { isEgressguardError } from '../../core/index.js';
-import { gatherFacts, resolveUplink } from '../../facts/index.js';
-import { lowerForHost } from '../../ir/index.js';
-import { createRunner } from '../../runner/index.js';
+import { EgressguardError, isEgressguardError } from '../../core/index.js';
+import { gatherFacts } from '../../facts/index.js';
+import { bindHost, lowerPolicy, type HostIR, type PolicyIR } from '../../ir/index.js';
+import { backendOf, requirePolicy } from '../../host/index.js';
 import { EXIT } from '../exit-codes.js';
-import { requirePolicy } from '../load-inputs.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
+import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
 
-export interface DoctorOptions {
-  readonly netns?: string | undefined;
-  readonly table?: string | undefined;
+export interface DoctorOptions extends TargetOptions {
   readonly json?: boolean | undefined;
 }
 
@@ -31,43 +24,42 @@ export async function runDoctor(
   options: DoctorOptions,
   output: Output,
 ): Promise<number> {
-  const policy = file === undefined ? undefined : requirePolicy(file).policy;
-  const runner = createRunner({ netns: options.netns });
-  const [facts, snapshot] = await Promise.all([
-    gatherFacts(runner),
-    readDoctorSnapshot(runner, { networkd: options.netns === undefined }),
-  ]);
-  let uplink: string | null = null;
-  let uplinkProblem: string | null = null;
-  try {
-    uplink = resolveUplink(facts, policy?.uplink ?? 'default-route', policy?.tunnels ?? []);
-  } catch (error) {
-    if (!isEgressguardError(error)) throw error;
-    uplinkProblem = error.message;
+  const policy: PolicyIR | undefined =
+    file === undefined ? undefined : lowerPolicy(requirePolicy(file).policy);
+  const target = targetOf(options);
+  const backend = backendOf(target);
+  const doctor = backend.doctor;
+  if (doctor === undefined) {
+    throw new EgressguardError('unsupported', `Backend "${backend.name}" has no doctor`, {
+      hint: 'run `egressguard status` for what egressguard itself applied',
+    });
   }
-  const steering =
-    policy === undefined || uplink === null
-      ? undefined
-      : buildSteering(lowerForHost(policy, facts));
-  const context = createDoctorContext({
-    table: options.table ?? DEFAULT_TABLE,
-    uplink,
-    uplinkProblem,
-    policy,
-    steering,
+  const facts = await gatherFacts(target.runner, {
+    ...(backend.readVersions === undefined ? {} : { readVersions: backend.readVersions }),
   });
-  const report = diagnose(snapshot, context);
+  let ir: HostIR | undefined;
+  let bindProblem: string | undefined;
+  if (policy !== undefined) {
+    try {
+      ir = bindHost(policy, facts);
+    } catch (error) {
+      if (!isEgressguardError(error)) throw error;
+      bindProblem = error.message;
+    }
+  }
+  const report = await doctor.diagnose({
+    runner: target.runner,
+    options: target.options,
+    facts,
+    policy,
+    ir,
+    bindProblem,
+    wholeHost: target.netns === undefined,
+  });
   if (options.json === true) printJson(output, report);
   else printReport(output, report);
   return report.summary.errors > 0 ? EXIT.failed : EXIT.ok;
 }
-
-const AREA_TITLES: Record<DoctorArea, string> = {
-  nftables: 'nftables: other tables on our hooks',
-  routing: 'routing: tables and rule priorities',
-  networkd: 'systemd-networkd',
-  topology: 'topology: paths netfilter does not see',
-};
 
 function printReport(output: Output, report: DoctorReport): void {
   const mark: Record<DoctorSeverity, string> = {
@@ -75,26 +67,16 @@ function printReport(output: Output, report: DoctorReport): void {
     warning: paint(output, 'yellow', 'warning'),
     info: paint(output, 'dim', 'info   '),
   };
-  const areas = Object.keys(AREA_TITLES) as DoctorArea[];
-  for (const area of areas) {
-    const findings = report.findings.filter((f) => f.area === area);
+  for (const area of report.areas) {
+    const findings = report.findings.filter((f) => f.area === area.id);
     if (findings.length === 0) continue;
-    printLine(output, paint(output, 'bold', AREA_TITLES[area]));
+    printLine(output, paint(output, 'bold', area.title));
     for (const finding of findings) printFinding(output, finding, mark);
     printLine(output);
   }
-  if (report.foreignChains.length > 0) {
-    printLine(output, paint(output, 'bold', 'foreign base chains'));
-    const rows = report.foreignChains.map((c) => [
-      c.hook,
-      `${c.family} ${c.table}`,
-      c.chain,
-      String(c.priority),
-      c.policy,
-      c.order,
-      c.canDrop ? 'yes' : 'no',
-    ]);
-    printTable(output, ['hook', 'table', 'chain', 'priority', 'policy', 'runs', 'can drop'], rows);
+  for (const table of report.tables) {
+    printLine(output, paint(output, 'bold', table.title));
+    printTable(output, table.header, table.rows);
     printLine(output);
   }
   const { errors, warnings, infos } = report.summary;
@@ -120,7 +102,11 @@ function printFinding(
   for (const line of rest) if (line !== '') printLine(output, `            ${line}`);
 }
 
-function printTable(output: Output, header: readonly string[], rows: readonly string[][]): void {
+function printTable(
+  output: Output,
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+): void {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const format = (cells: readonly string[]): string =>
     `  ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ')}`.trimEnd();
@@ -134,21 +120,23 @@ function plural(n: number, word: string): string {
 
 /** Registers `doctor`. */
 export function registerDoctor(program: Command, ctx: CommandContext): void {
-  program
-    .command('doctor')
-    .description(
-      'Report what can undo, bypass or collide with egressguard here: other tables on our hooks, routing collisions, systemd-networkd, paths netfilter does not see',
-    )
-    .argument('[policy]', 'policy file (YAML): adds its class interfaces, tunnels and uplink')
-    .option('--netns <name>', 'diagnose inside this network namespace')
-    .option('--table <name>', 'owned nftables table (inet family)', DEFAULT_TABLE)
-    .option('--json', 'print JSON: { findings, foreignChains, summary }')
+  addTargetOptions(
+    program
+      .command('doctor')
+      .description(
+        'Report what can undo, bypass or collide with egressguard here: other firewall state on our hooks, routing collisions, services that rewrite routing, paths the firewall does not see',
+      )
+      .argument('[policy]', 'policy file (YAML): adds its class interfaces, tunnels and uplink')
+      .option('--json', "print JSON: { findings, summary, and the backend's own tables }"),
+  )
     .addHelpText(
       'after',
       `
 Each finding has a severity (error, warning, info), a stable code, a message and a hint.
-Read-only: doctor runs listings only (nft -j -t list ruleset, ip, tc, sysctl). systemd-networkd
-manages the machine's own namespace only, so it is not checked with --netns.
+${registry
+  .all()
+  .flatMap((b) => (b.doctor === undefined ? [] : [`${b.name}: ${b.doctor.description}`]))
+  .join('\n')}
 
 Exit codes:
   0  no error-severity findings (warnings allowed)

@@ -1,6 +1,8 @@
 import { Option, type Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
-import { EgressguardError } from '../../core/index.js';
+import { registry, type Backend } from '../../backends/index.js';
+import { EgressguardError, isEgressguardError } from '../../core/index.js';
+import type { HostFacts } from '../../facts/index.js';
 import {
   createHostView,
   evaluatePacket,
@@ -9,10 +11,12 @@ import {
   type PacketArguments,
 } from '../../ir/index.js';
 import { EXIT } from '../exit-codes.js';
-import { requireFacts, requirePolicy } from '../load-inputs.js';
+import { requireFacts, requirePolicy } from '../../host/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
 export interface ExplainOptions extends PacketArguments {
+  /** The backend whose layers to name (default: the one for the facts' OS). */
+  readonly target?: string | undefined;
   readonly tunnel?: string | undefined;
   readonly facts?: string | undefined;
   readonly json?: boolean | undefined;
@@ -32,7 +36,9 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
   const facts = requireFacts(file, options.facts);
   const ir = lowerForHost(policy, facts);
   const result = evaluatePacket(ir, createHostView(facts), packet, { tunnel });
-  const filterLayer = facts.os === 'darwin' ? 'pf' : 'nftables';
+  // The filter layer is the firewall the host's backend compiles to.
+  const backend = registry.all().find((b) => b.name === options.target) ?? backendForFacts(facts);
+  const filterLayer = backend?.layer ?? 'filter';
   const layers = result.layers.map((l) => (l === 'filter' ? filterLayer : l));
   if (options.json === true) {
     printJson(output, {
@@ -71,6 +77,16 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
   return EXIT.ok;
 }
 
+/** The backend of a host of these facts; undefined when none in this build enforces there. */
+function backendForFacts(facts: HostFacts): Backend | undefined {
+  try {
+    return registry.forFacts(facts);
+  } catch (error) {
+    if (isEgressguardError(error) && error.code === 'unsupported') return undefined;
+    throw error;
+  }
+}
+
 /** Registers `explain`. */
 export function registerExplain(program: Command, ctx: CommandContext): void {
   program
@@ -91,6 +107,7 @@ export function registerExplain(program: Command, ctx: CommandContext): void {
     )
     .addOption(new Option('--tunnel <state>', 'tunnel state').choices(['up', 'down']).default('up'))
     .option('--facts <file>', 'host facts (default: facts.json beside the policy)')
+    .option('--target <backend>', "the backend whose layers to name (default: the facts' OS's)")
     .option('--json', 'print JSON: class, verdict, rule, via, layers, …')
     .addHelpText(
       'after',

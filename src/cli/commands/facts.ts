@@ -3,8 +3,8 @@ import type { CommandContext } from '../command-context.js';
 import { gatherFacts, resolveUplink } from '../../facts/index.js';
 import { createRunner } from '../../runner/index.js';
 import { EXIT } from '../exit-codes.js';
-import { parseLabel, readHostLabels } from '../host-labels.js';
-import { requirePolicy } from '../load-inputs.js';
+import { parseLabel, readHostLabels } from '../../facts/index.js';
+import { requirePolicy } from '../../host/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
 export interface FactsOptions {

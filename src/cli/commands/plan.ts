@@ -1,14 +1,15 @@
 import type { Command } from 'commander';
-import { planGeneration } from '../../apply/index.js';
+import { planPrepared, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
+import { paint, printJson, printLine } from '../output.js';
 import {
   addTargetOptions,
-  preparePolicy,
-  resolveTarget,
+  describeTarget,
+  targetOf,
+  warn,
   type TargetOptions,
-} from '../host-target.js';
-import { paint, printJson, printLine } from '../output.js';
+} from '../target-options.js';
 
 /** Registers `plan`. */
 export function registerPlan(program: Command, ctx: CommandContext): void {
@@ -16,7 +17,7 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
     program
       .command('plan')
       .description(
-        'Show what apply would change (table, routes, rules) and check the ruleset; applies nothing',
+        'Show what apply would change (firewall, routes, rules) and check it; applies nothing',
       )
       .argument('<policy>', 'policy file (YAML)')
       .option('--facts <file>', 'host facts instead of reading the live host')
@@ -24,20 +25,17 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nExit code 0: the plan is valid (changes or not); 1: nft rejects it or state is in the way.',
+      '\nExit code 0: the plan is valid (changes or not); 1: the firewall rejects it or state is in the way.',
     )
     .action(async (file: string, opts: TargetOptions & { facts?: string; json?: boolean }) => {
-      const target = resolveTarget(opts);
-      const prepared = await preparePolicy(file, target, opts);
-      const plan = await planGeneration({
-        ...target,
-        hash: prepared.hash,
-        artifacts: prepared.artifacts,
-      });
+      const target = targetOf(opts);
+      const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+      const plan = await planPrepared(target, prepared);
       const ok = plan.problems.length === 0;
       if (opts.json === true) {
         printJson(ctx.output, {
           hash: prepared.hash,
+          backend: prepared.backend.name,
           changes: plan.changes,
           problems: plan.problems,
           valid: ok,
@@ -45,7 +43,7 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
       } else {
         printLine(
           ctx.output,
-          `plan for ${target.netns === undefined ? 'this host' : `namespace "${target.netns}"`}: hash ${prepared.hash.slice(0, 12)}`,
+          `plan for ${describeTarget(target)} (${prepared.backend.name}): hash ${prepared.hash.slice(0, 12)}`,
         );
         if (plan.changes.length === 0) printLine(ctx.output, '  no changes: live state matches');
         for (const change of plan.changes) printLine(ctx.output, `  ${change}`);

@@ -5,7 +5,7 @@ import { proveInLab, renderJunit, renderSummary } from '../../prove/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { paint, printLine } from '../output.js';
-import { VERSION } from '../version.js';
+import { VERSION } from '../../core/index.js';
 import { selfCommand } from './apply.js';
 
 interface ProveCliOptions {

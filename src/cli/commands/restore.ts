@@ -9,8 +9,10 @@ import {
 import { EgressguardError } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import { addTargetOptions, resolveTarget, type TargetOptions } from '../host-target.js';
+import { describeLiveProblem } from '../../backends/index.js';
+import { backendOf, hostContext } from '../../host/index.js';
 import { printJson, printLine } from '../output.js';
+import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
 
 /** Registers `restore`. */
 export function registerRestore(program: Command, ctx: CommandContext): void {
@@ -48,7 +50,8 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
           json?: boolean;
         },
       ) => {
-        const target = resolveTarget(opts);
+        const target = targetOf(opts);
+        const context = hostContext(target, backendOf(target));
         const lockWait =
           opts.lockWait === undefined
             ? {}
@@ -65,7 +68,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
             );
           }
           const outcome = await revertUnconfirmed({
-            ...target,
+            ...context,
             generation,
             ...lockWait,
           });
@@ -75,7 +78,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
           return;
         }
         const outcome = await restoreGeneration({
-          ...target,
+          ...context,
           ...(opts.previous === true ? { from: FILES.previous } : {}),
           ...lockWait,
         });
@@ -91,7 +94,7 @@ function printOutcome(ctx: CommandContext, outcome: RestoreOutcome | RevertOutco
   switch (outcome.kind) {
     case 'restored':
       printLine(o, `restored generation ${outcome.generation}`);
-      for (const d of outcome.deferred) printLine(o, `  waiting: ${d}`);
+      for (const d of outcome.deferred) printLine(o, `  waiting: ${describeLiveProblem(d)}`);
       return;
     case 'reverted':
       printLine(
@@ -99,7 +102,7 @@ function printOutcome(ctx: CommandContext, outcome: RestoreOutcome | RevertOutco
         `reverted generation ${outcome.generation}: generation ${outcome.restored} is live again`,
       );
       if ('reason' in outcome) printLine(o, `  why: ${outcome.reason}`);
-      for (const d of outcome.deferred) printLine(o, `  waiting: ${d}`);
+      for (const d of outcome.deferred) printLine(o, `  waiting: ${describeLiveProblem(d)}`);
       return;
     case 'removed':
       printLine(

@@ -1,16 +1,11 @@
 import type { Command } from 'commander';
 import { runResident } from '../../apply/index.js';
 import { EgressguardError } from '../../core/index.js';
+import { applyPrepared, hostContext, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import {
-  applyPrepared,
-  addTargetOptions,
-  preparePolicy,
-  resolveTarget,
-  type TargetOptions,
-} from '../host-target.js';
 import { printLine } from '../output.js';
+import { addTargetOptions, targetOf, warn, type TargetOptions } from '../target-options.js';
 
 /** Registers `run`. */
 export function registerRun(program: Command, ctx: CommandContext): void {
@@ -35,8 +30,8 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         opts: TargetOptions & { facts?: string; tick: string; json?: boolean },
       ) => {
         const tickMs = parseTick(opts.tick);
-        const target = resolveTarget(opts);
-        const prepared = await preparePolicy(file, target, opts);
+        const target = targetOf(opts);
+        const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
         const report = await applyPrepared(target, prepared);
         const emit = (entry: { time: string; action: string; message: string }): void => {
           printLine(
@@ -61,7 +56,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         process.on('SIGTERM', stop);
         try {
           await runResident({
-            ...target,
+            ...hostContext(target, prepared.backend),
             log: emit,
             signal: controller.signal,
             tickMs,
@@ -69,7 +64,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             // that changed moves the hash, and the new generation is applied.
             ownHash: prepared.hash,
             refresh: async () => {
-              const fresh = await preparePolicy(file, target, { ...opts, quiet: true });
+              const fresh = await preparePolicy(target, { policy: file, facts: opts.facts });
               return {
                 hash: fresh.hash,
                 apply: async () => {
@@ -92,7 +87,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
     );
 }
 
-/** The periodic check interval: at least 100 ms, or `run` would spin on nft and ip. */
+/** The periodic check interval: at least 100 ms, or `run` would spin on its listings. */
 function parseTick(text: string): number {
   const ms = Number(text);
   if (!/^\d+$/.test(text) || ms < 100) {

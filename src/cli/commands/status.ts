@@ -1,14 +1,10 @@
 import type { Command } from 'commander';
 import { readStatus } from '../../apply/index.js';
+import { backendOf, hostContext, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
-import {
-  addTargetOptions,
-  preparePolicy,
-  resolveTarget,
-  type TargetOptions,
-} from '../host-target.js';
 import { paint, printJson, printLine } from '../output.js';
+import { addTargetOptions, targetOf, warn, type TargetOptions } from '../target-options.js';
 
 /** Registers `status`. */
 export function registerStatus(program: Command, ctx: CommandContext): void {
@@ -31,10 +27,16 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
         file: string | undefined,
         opts: TargetOptions & { facts?: string; json?: boolean },
       ) => {
-        const target = resolveTarget(opts);
-        const desiredHash =
-          file === undefined ? undefined : (await preparePolicy(file, target, opts)).hash;
-        const status = await readStatus({ ...target, desiredHash });
+        const target = targetOf(opts);
+        const prepared =
+          file === undefined
+            ? undefined
+            : await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+        const desiredHash = prepared?.hash;
+        const status = await readStatus({
+          ...hostContext(target, prepared?.backend ?? backendOf(target)),
+          desiredHash,
+        });
         const differsFromDesired = desiredHash !== undefined && desiredHash !== status.appliedHash;
         if (opts.json === true) {
           printJson(ctx.output, { ...status, differsFromDesired });

@@ -1,14 +1,8 @@
 import type { Scenario } from '../scenario.js';
 import { awaitConverged, killSwitchFlows, noTunnel, takeTunnelsDown } from './tunnel-helpers.js';
 
-/** The named steps of an apply where a fault can strike (src/backends, src/apply). */
-export const APPLY_STEPS = [
-  'before-nft-commit',
-  'after-nft-commit',
-  'steering',
-  'after-routes',
-  'before-state-write',
-] as const;
+/** The apply layer's own kill point, after the backend's: before the generation is recorded. */
+const STATE_WRITE = 'before-state-write';
 
 /**
  * `egressguard apply` (the real CLI, a separate process) killed with SIGKILL at each named step
@@ -25,7 +19,7 @@ export const killPoints: Scenario = {
       ctx.stream(node, flows, 50);
     }
     await takeTunnelsDown(ctx);
-    for (const step of APPLY_STEPS) {
+    for (const step of [...(ctx.host.backend.prove?.killPoints ?? []), STATE_WRITE]) {
       ctx.checkAborted();
       const run = await ctx.host.cli(
         ['apply', ctx.policyB.file, '--facts', ctx.factsFile, '--json'],

@@ -23,7 +23,7 @@ export const reboot: Scenario = {
     registerTunnelRestore(ctx);
     await ctx.host.stopResident();
     await ctx.host.backend
-      .createApplier({ runner: ctx.host.runner, tableName: ctx.host.table })
+      .createApplier({ runner: ctx.host.runner, options: ctx.host.options })
       .remove();
     for (const tunnel of ctx.plan.tunnels) await ctx.lab.deleteLink(tunnelRef(ctx, tunnel));
     const restore = await ctx.host.cli(['restore', '--json']);

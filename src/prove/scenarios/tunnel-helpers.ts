@@ -1,5 +1,3 @@
-import type { SteeringSpec } from '../../backends/index.js';
-import { STEERING_ARTIFACT } from '../../backends/index.js';
 import type { LinkRef } from '../lab/topology.js';
 import type { LabProbe } from '../lab-probes.js';
 import {
@@ -97,7 +95,7 @@ export async function awaitConverged(
     const done = settled
       ? status.live.present &&
         status.liveHash === status.appliedHash &&
-        status.live.missing.every((m) => m.endsWith('(tunnel down)')) &&
+        status.live.missing.every((m) => m.waitingFor !== null) &&
         status.live.unexpected.length === 0
       : status.condition === 'InSync' && status.live.missing.length === 0;
     if (done) return Math.round(performance.now() - started);
@@ -149,12 +147,6 @@ export async function runTunnelFault(
   await ctx.measure({ name: fault.name, state: 'down' });
   await ctx.restores.unwind();
   await measureRecovery(ctx);
-}
-
-/** Our routing rules' priorities and tables, from the applied steering artifact. */
-export function steeringOf(env: ProofEnvironment): SteeringSpec {
-  const text = env.policyA.artifacts.find((a) => a.name === STEERING_ARTIFACT)?.content ?? '{}';
-  return JSON.parse(text) as SteeringSpec;
 }
 
 /**

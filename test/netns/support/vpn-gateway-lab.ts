@@ -6,7 +6,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
 import { readStatus, type HostStatus } from '../../../src/apply/index.js';
-import { resolveTarget } from '../../../src/cli/host-target.js';
+import { backendOf, createHostTarget, hostContext } from '../../../src/host/index.js';
 import {
   createLab,
   sendPackets,
@@ -203,7 +203,8 @@ export async function status(
  * without a node start-up, for polling that must resolve to tens of milliseconds.
  */
 export async function statusInProcess(lab: Lab, stateDir: string): Promise<HostStatus> {
-  return readStatus(resolveTarget({ netns: lab.ns(HOST), stateDir }));
+  const target = createHostTarget({ netns: lab.ns(HOST), stateDir });
+  return readStatus(hostContext(target, backendOf(target)));
 }
 
 /**

@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { packagePath } from '../core/index.js';
+import { packagePath } from './package-path.js';
 
 /** The package version, read once from package.json. */
 export const VERSION: string = (

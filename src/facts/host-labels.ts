@@ -4,6 +4,11 @@ import { EgressguardError } from '../core/index.js';
 /** Where a host's labels live: `key=value` lines, `#` comments. */
 export const DEFAULT_LABELS_FILE = '/etc/egressguard/labels';
 
+/** The labels file this host reads: $EGRESSGUARD_LABELS_FILE, else /etc/egressguard/labels. */
+export function labelsFile(): string {
+  return process.env['EGRESSGUARD_LABELS_FILE'] ?? DEFAULT_LABELS_FILE;
+}
+
 /** Parses `key=value` entries (from --label or a labels file line). */
 export function parseLabel(entry: string, where: string): [string, string] {
   const eq = entry.indexOf('=');
@@ -21,7 +26,7 @@ export function parseLabel(entry: string, where: string): [string, string] {
  * so `apply`, `run` and the boot units see the same labels the fleet assigned.
  */
 export function readHostLabels(): Record<string, string> {
-  const file = process.env['EGRESSGUARD_LABELS_FILE'] ?? DEFAULT_LABELS_FILE;
+  const file = labelsFile();
   let text: string;
   try {
     text = readFileSync(file, 'utf8');

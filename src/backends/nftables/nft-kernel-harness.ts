@@ -1,15 +1,12 @@
-import type { ConformanceHarness, Observed, TestPacket } from '../backends/index.js';
-import { EgressguardError, formatAddress, parseAddress, type Family } from '../core/index.js';
-import { REASSEMBLY_ID, type EvaluationState } from '../ir/index.js';
-import type { Protocol } from '../policy/index.js';
-import type { RunningCommand } from '../runner/index.js';
-import type { Lab } from './lab/create-lab.js';
-import { createNonce } from './lab/create-nonce.js';
-import { sendPackets, type PacketSpec } from './lab/send-packets.js';
+import { EgressguardError, formatAddress, parseAddress, type Family } from '../../core/index.js';
+import { REASSEMBLY_ID, type EvaluationState } from '../../ir/index.js';
+import type { Protocol } from '../../policy/index.js';
+import type { Runner, RunningCommand } from '../../runner/index.js';
+import type { ConformanceHarness, LabAccess, LabPacket, Observed, TestPacket } from '../backend.js';
 
 /** Options of createKernelHarness. */
 export interface KernelHarnessOptions {
-  readonly lab: Lab;
+  readonly lab: LabAccess;
   /** The lab node whose kernel holds our table (the host). */
   readonly node: string;
   /** Our table (`table inet NAME`). */
@@ -241,7 +238,7 @@ interface Probe {
   readonly state: EvaluationState;
   readonly ingress: string;
   readonly key: string;
-  readonly spec: PacketSpec;
+  readonly spec: LabPacket;
 }
 
 function toProbe(
@@ -256,7 +253,7 @@ function toProbe(
   // A source port of its own per probe: more probes tell apart in the trace.
   const sport = isPorted ? FIRST_SPORT + (index % 50_000) : undefined;
   const isLoneFragment = packet.fragment === 'alone';
-  const spec: PacketSpec = {
+  const spec: LabPacket = {
     kind,
     src: formatAddress(packet.family, packet.source),
     dst: formatAddress(packet.family, packet.destination),
@@ -293,7 +290,7 @@ function toProbe(
   };
 }
 
-function kindOf(protocol: Protocol): PacketSpec['kind'] {
+function kindOf(protocol: Protocol): LabPacket['kind'] {
   switch (protocol) {
     case 'tcp':
     case 'udp':
@@ -357,7 +354,7 @@ function unsendableAddress(
 }
 
 async function sendChunk(
-  lab: Lab,
+  lab: LabAccess,
   senderFor: (ingress: string) => string,
   chunk: readonly Probe[],
 ): Promise<void> {
@@ -368,8 +365,8 @@ async function sendChunk(
   }
   await Promise.all(
     [...bySender].map(([sender, probes]) =>
-      sendPackets(lab.runner(sender), {
-        nonce: createNonce(),
+      lab.send(sender, {
+        nonce: lab.createNonce(),
         packets: probes.map((p) => p.spec),
       }),
     ),
@@ -382,7 +379,7 @@ async function sendChunk(
  * sender in hundreds; the port tells the controls apart.
  */
 async function sendControl(
-  lab: Lab,
+  lab: LabAccess,
   node: string,
   trace: TraceReader,
   purpose: 'arm' | 'close',
@@ -406,10 +403,7 @@ async function sendControl(
   }
 }
 
-async function installTraceTable(
-  runner: ReturnType<Lab['runner']>,
-  ingresses: readonly string[],
-): Promise<void> {
+async function installTraceTable(runner: Runner, ingresses: readonly string[]): Promise<void> {
   const names = ingresses.map((i) => `"${i}"`).join(', ');
   const ruleset = [
     `table inet ${TRACE_TABLE} {}`,
@@ -438,7 +432,7 @@ async function installTraceTable(
   await runner.run(['nft', '-f', '-'], { effect: 'change', input: ruleset });
 }
 
-async function removeTraceTable(runner: ReturnType<Lab['runner']>): Promise<void> {
+async function removeTraceTable(runner: Runner): Promise<void> {
   await runner.run(['nft', 'delete', 'table', 'inet', TRACE_TABLE], {
     effect: 'change',
     allowFailure: true,
@@ -446,10 +440,7 @@ async function removeTraceTable(runner: ReturnType<Lab['runner']>): Promise<void
 }
 
 /** Packets of our named counters, by the policy id in each counter's comment. */
-async function readCounters(
-  runner: ReturnType<Lab['runner']>,
-  table: string,
-): Promise<Map<string, number>> {
+async function readCounters(runner: Runner, table: string): Promise<Map<string, number>> {
   const { stdout } = await runner.run(['nft', '-j', 'list', 'counters', 'table', 'inet', table], {
     effect: 'read',
   });

@@ -10,7 +10,7 @@ import {
   type Policy,
 } from '../policy/index.js';
 
-/** Loads a policy for a command that needs a valid one; invalid policies stop with their issues. */
+/** Loads a policy for work that needs a valid one; an invalid policy stops with its issues. */
 export function requirePolicy(file: string): { policy: Policy; parsed: ParseResult } {
   const parsed = loadPolicy(file);
   if (parsed.policy === undefined || hasErrors(parsed.issues)) {
@@ -24,7 +24,7 @@ export function requirePolicy(file: string): { policy: Policy; parsed: ParseResu
   return { policy: parsed.policy, parsed };
 }
 
-/** The facts file to use: --facts, else facts.json beside the policy. */
+/** The facts file to use: the one given, else facts.json beside the policy. */
 export function findFactsFile(
   policyFile: string,
   explicit: string | undefined,
@@ -34,6 +34,7 @@ export function findFactsFile(
   return existsSync(beside) ? beside : undefined;
 }
 
+/** The facts of a policy's host, from a file: the one given, or facts.json beside the policy. */
 export function requireFacts(policyFile: string, explicit: string | undefined): HostFacts {
   const file = findFactsFile(policyFile, explicit);
   if (file === undefined) {

@@ -1,0 +1,15 @@
+export {
+  backendOf,
+  createHostTarget,
+  hostContext,
+  type HostTarget,
+  type HostTargetInput,
+} from './host-target.js';
+export { findFactsFile, requireFacts, requirePolicy } from './load-inputs.js';
+export {
+  prepareForFacts,
+  preparePolicy,
+  type PrepareInput,
+  type Prepared,
+} from './prepare-policy.js';
+export { applyPrepared, planPrepared } from './apply-prepared.js';

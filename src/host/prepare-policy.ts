@@ -1,0 +1,105 @@
+import { artifactOfRole, compileWithHash, type Artifact, type Backend } from '../backends/index.js';
+import { VERSION } from '../core/index.js';
+import {
+  gatherFacts,
+  labelsFile,
+  readHostFacts,
+  readHostLabels,
+  type HostFacts,
+} from '../facts/index.js';
+import {
+  bindHost,
+  classesNotOnHost,
+  lowerPolicy,
+  type HostIR,
+  type PolicyIR,
+} from '../ir/index.js';
+import type { Policy } from '../policy/index.js';
+import { backendOf, type HostTarget } from './host-target.js';
+import { requirePolicy } from './load-inputs.js';
+
+/** A policy made ready for one host: lowered, bound to its facts, compiled and hashed. */
+export interface Prepared {
+  readonly policy: Policy;
+  /** The host-independent IR (what a controller holds for a fleet). */
+  readonly independent: PolicyIR;
+  readonly facts: HostFacts;
+  readonly ir: HostIR;
+  /** The backend the facts chose (or `--target`). */
+  readonly backend: Backend;
+  readonly artifacts: readonly Artifact[];
+  /** The class lockdown the backend compiled, kept for `restore` when the state is lost. */
+  readonly lockdown: string | undefined;
+  readonly hash: string;
+}
+
+export interface PrepareInput {
+  /** A policy file, or a validated policy. */
+  readonly policy: string | Policy;
+  /** Facts: a file, or facts already read; absent: read from the live target. */
+  readonly facts?: string | HostFacts | undefined;
+  /** Called with a warning a person should see (a class this host's labels leave out). */
+  readonly warn?: (message: string) => void;
+}
+
+/** Policy + facts → IR → the backend's stamped artifacts and the host config hash. */
+export async function preparePolicy(target: HostTarget, input: PrepareInput): Promise<Prepared> {
+  // The live listings are processes: let them run while this process validates the policy.
+  const gathering =
+    input.facts === undefined
+      ? gatherFacts(target.runner, { labels: readHostLabels(), tools: false })
+      : undefined;
+  gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
+  const policy =
+    typeof input.policy === 'string' ? requirePolicy(input.policy).policy : input.policy;
+  const facts =
+    gathering !== undefined
+      ? await gathering
+      : typeof input.facts === 'string'
+        ? readHostFacts(input.facts)
+        : (input.facts as HostFacts);
+  return prepareForFacts(target, {
+    policy,
+    facts,
+    ...(input.warn === undefined ? {} : { warn: input.warn }),
+  });
+}
+
+/** The pure part of preparePolicy: no facts to read. */
+export function prepareForFacts(
+  target: Pick<HostTarget, 'backendName' | 'registry' | 'options' | 'state'>,
+  input: {
+    readonly policy: Policy;
+    readonly facts: HostFacts;
+    readonly warn?: (message: string) => void;
+  },
+): Prepared {
+  const { policy, facts } = input;
+  const independent = lowerPolicy(policy);
+  const ir = bindHost(independent, facts);
+  // A class limited to other hosts is left out on purpose; say so, or its absence looks like a bug.
+  for (const skipped of classesNotOnHost(independent, facts)) {
+    const wanted = Object.entries(skipped.labels)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', ');
+    input.warn?.(
+      `class "${skipped.name}" is not enforced on this host: it needs labels ${wanted} (set them in ${labelsFile()})`,
+    );
+  }
+  const backend = backendOf(target as HostTarget, facts);
+  const { artifacts, hash } = compileWithHash(backend, {
+    ir,
+    options: target.options,
+    versions: { compiler: VERSION, agent: VERSION },
+  });
+  return {
+    policy,
+    independent,
+    facts,
+    ir,
+    backend,
+    artifacts,
+    lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
+    hash,
+  };
+}
