@@ -240,6 +240,77 @@ export async function ownTableJson(lab: Lab): Promise<string> {
   );
 }
 
+/** What a packet counter of our table had counted when listed. */
+export interface CounterReading {
+  readonly packets: number;
+  readonly bytes: number;
+}
+
+/** Our table in full, split into what a load can change and what packets change. */
+export interface TableSnapshot {
+  /** The listing with set elements and handles, every counter's values taken out. */
+  readonly ruleset: string;
+  /** Each counter's values by where it is: "counter n_vpn/default", "rule 131.expr[2].counter". */
+  readonly counters: ReadonlyMap<string, CounterReading>;
+}
+
+/**
+ * Our table as the kernel lists it with set elements (`nft -j list ruleset`), for "nothing
+ * changed" checks: compare `ruleset` exactly and the counters with `countersGoneBack`.
+ *
+ * Counter values are not configuration: the kernel counts whatever reaches a rule while the test
+ * runs, also packets nobody in the test sends. The lab's nodes keep sending IPv6 router
+ * solicitations to ff02::2, which the forwarding gateway has joined, and our input chains count
+ * them as neighbour discovery: since Linux commit bd11f0741fa5 (RFC 7559 backoff, 4.9) the default
+ * router_solicitations is -1, unlimited, every 4 s, 8 s, 16 s… up to an hour (seen in this lab:
+ * +3 s, +10 s, +23 s after the links came up). On a loaded machine one lands between two listings
+ * now and then. A reload or a recreated counter still shows: a new handle in `ruleset`, or a value
+ * that went back.
+ */
+export async function ownTableSnapshot(lab: Lab): Promise<TableSnapshot> {
+  const { stdout } = await lab
+    .runner(HOST)
+    .run(['nft', '-j', 'list', 'ruleset'], { effect: 'read' });
+  const items = (JSON.parse(stdout) as { nftables: Record<string, Record<string, unknown>>[] })
+    .nftables;
+  const counters = new Map<string, CounterReading>();
+  const strip = (value: unknown, at: string): unknown => {
+    if (Array.isArray(value)) return value.map((v, i) => strip(v, `${at}[${i}]`));
+    if (typeof value !== 'object' || value === null) return value;
+    const { packets, bytes, ...rest } = value as Record<string, unknown>;
+    const counted = typeof packets === 'number' && typeof bytes === 'number';
+    if (counted) counters.set(at, { packets, bytes });
+    return Object.fromEntries(
+      Object.entries(counted ? rest : (value as Record<string, unknown>)).map(([k, v]) => [
+        k,
+        strip(v, `${at}.${k}`),
+      ]),
+    );
+  };
+  const ours = items.filter((item) => {
+    const body = Object.values(item)[0];
+    const name = 'table' in item ? body?.['name'] : body?.['table'];
+    return body?.['family'] === 'inet' && name === 'egressguard';
+  });
+  const ruleset = ours.map((item) => {
+    const [kind = '', body = {}] = Object.entries(item)[0] ?? [];
+    const label = `${kind} ${String(body['name'] ?? body['handle'])}`;
+    return { [kind]: strip(body, label) };
+  });
+  return { ruleset: JSON.stringify(ruleset), counters };
+}
+
+/** The counters that counted less in `after` than in `before`, or are gone: empty if none. */
+export function countersGoneBack(before: TableSnapshot, after: TableSnapshot): string[] {
+  return [...before.counters].flatMap(([at, was]) => {
+    const now = after.counters.get(at);
+    if (now === undefined) return [`${at}: gone`];
+    return now.packets < was.packets || now.bytes < was.bytes
+      ? [`${at}: ${was.packets} → ${now.packets} packets, ${was.bytes} → ${now.bytes} bytes`]
+      : [];
+  });
+}
+
 /** The routing rules and the routes of one table, both families, one line each. */
 export async function routingListing(lab: Lab, table: number): Promise<string> {
   const runner = lab.runner(HOST);
