@@ -15,8 +15,12 @@ const layers = [
   // The library layer: a host or namespace to act on, and a policy prepared for it.
   ['host'],
   // prove applies with the real applier and watches with the real resident mode (DESIGN.md §7).
-  ['prove', 'agent', 'fleet'],
-  ['server', 'cli'],
+  ['prove', 'fleet'],
+  // The agent speaks the fleet's protocol (wire schemas, failure budget, controller connection).
+  ['agent'],
+  // The server composes fleet and agent; the CLI's `server` and `fleet` commands start and call it.
+  ['server'],
+  ['cli'],
 ];
 const allLayers = layers.flat();
 

@@ -18,6 +18,7 @@ declare -A PACKAGE_OF=(
   [systemd-analyze]=systemd
   [yamllint]=yamllint
   [promtool]=prometheus
+  [openssl]=openssl
 )
 missing=()
 for binary in "${!PACKAGE_OF[@]}"; do
@@ -26,6 +27,10 @@ for binary in "${!PACKAGE_OF[@]}"; do
     missing+=("$binary")
   fi
 done
+# PostgreSQL's initdb is not on PATH: the fleet tests start private clusters with it.
+if ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  missing+=(initdb)
+fi
 if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "setup.sh: missing ${missing[*]}; run this script as root to install them" >&2
@@ -35,7 +40,8 @@ if ((${#missing[@]} > 0)); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update
   apt-get install -y --no-install-recommends \
-    nftables iproute2 tcpdump iputils-ping conntrack python3 procps systemd yamllint prometheus
+    nftables iproute2 tcpdump iputils-ping conntrack python3 procps systemd yamllint prometheus \
+    postgresql openssl
 fi
 
 # npm writes node_modules/.package-lock.json on every install: older than package-lock.json means

@@ -24,6 +24,9 @@ export const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   doctor: async () => (await import('./doctor.js')).registerDoctor,
   drops: async () => (await import('./drops.js')).registerDrops,
   prove: async () => (await import('./prove.js')).registerProve,
+  server: async () => (await import('./server.js')).registerServer,
+  fleet: async () => (await import('./fleet.js')).registerFleet,
+  agent: async () => (await import('./agent.js')).registerAgent,
 };
 
 /** Registers the command named in `args` (the words after the binary), or every command. */

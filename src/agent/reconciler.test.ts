@@ -1,0 +1,167 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { createRandom, packagePath } from '../core/index.js';
+import { parseHostFacts } from '../facts/index.js';
+import {
+  BUNDLE_FORMAT,
+  DEFAULT_BACKOFF,
+  backoffCeiling,
+  hashPolicyBundle,
+  type BundleResponse,
+  type HostBundle,
+} from '../fleet/index.js';
+import { createRecordingEngine } from './recording-engine.js';
+import { Reconciler } from './reconciler.js';
+
+const FACTS = parseHostFacts(
+  JSON.parse(
+    readFileSync(packagePath('testdata/policies/valid/linux-vpn-gateway/facts.json'), 'utf8'),
+  ),
+  'facts.json',
+);
+
+function bundleOf(policy: string): { bundle: HostBundle; hash: string } {
+  const bundle: HostBundle = {
+    format: BUNDLE_FORMAT,
+    pushId: 'p1',
+    policy,
+    source: 'policy.yaml',
+    factsDigest: null,
+  };
+  return { bundle, hash: hashPolicyBundle(bundle) };
+}
+
+function response(policy: string, tokens: Partial<BundleResponse> = {}): BundleResponse {
+  const { bundle, hash } = bundleOf(policy);
+  return {
+    hostId: 'h1',
+    hash,
+    bundle,
+    retryToken: 0,
+    forceToken: 0,
+    suspended: false,
+    pollIntervalMs: 30_000,
+    ...tokens,
+  };
+}
+
+/** A clock the test moves by hand: no timers, no wall time. */
+function manualClock(): { now(): number; set(t: number): void } {
+  let t = 1_000_000;
+  return { now: () => t, set: (next) => (t = next) };
+}
+
+function setUp() {
+  const clock = manualClock();
+  const engine = createRecordingEngine({ facts: FACTS, hashBundle: hashPolicyBundle });
+  const reconciler = new Reconciler({
+    engine,
+    clock,
+    random: createRandom(42),
+    agentVersion: 'test',
+  });
+  return { clock, engine, reconciler };
+}
+
+describe('Reconciler: retries with an injected clock', () => {
+  it('retries a failing apply forever: each next attempt within full-jitter bounds and the cap', async () => {
+    const { clock, engine, reconciler } = setUp();
+    engine.failApplies('nft exited with 1: Could not process rule: File exists');
+    reconciler.accept(response('policy v1'));
+    let maxDelay = 0;
+    for (let n = 1; n <= 60; n++) {
+      const report = await reconciler.step();
+      expect(report?.attempt).toMatchObject({ outcome: 'failed', number: n });
+      const delay = report?.attempt?.nextAttemptInMs ?? -1;
+      expect(delay).toBeGreaterThanOrEqual(0);
+      expect(delay).toBeLessThanOrEqual(backoffCeiling(n, DEFAULT_BACKOFF));
+      expect(delay).toBeLessThanOrEqual(15 * 60_000);
+      maxDelay = Math.max(maxDelay, delay);
+      // Not due before its time: a round in between attempts nothing.
+      if (delay > 0) {
+        clock.set(clock.now() + delay - 1);
+        expect((await reconciler.step())?.attempt).toBeUndefined();
+      }
+      clock.set(reconciler.nextAttemptAt ?? Number.NaN);
+    }
+    // 60 failures, 50 of them far past the cap: attempt 61 still happens, and succeeds once fixed.
+    expect(engine.applies).toHaveLength(60);
+    expect(maxDelay).toBeGreaterThan(backoffCeiling(8, DEFAULT_BACKOFF));
+    engine.failApplies(undefined);
+    const fixed = await reconciler.step();
+    expect(fixed?.attempt).toMatchObject({ outcome: 'applied', number: 61 });
+    expect(fixed?.appliedHash).toBe(response('policy v1').hash);
+    expect(fixed?.liveHash).toBe(response('policy v1').hash);
+  });
+
+  it('re-arms everything on a new desired hash: attempt 1, at once', async () => {
+    const { clock, engine, reconciler } = setUp();
+    engine.failApplies('route table 51820 is taken', 'v1');
+    reconciler.accept(response('policy v1'));
+    for (let n = 0; n < 10; n++) {
+      await reconciler.step();
+      clock.set(reconciler.nextAttemptAt ?? Number.NaN);
+    }
+    clock.set(clock.now() - 1); // the v1 budget is not due yet
+    reconciler.accept(response('policy v2'));
+    const report = await reconciler.step();
+    expect(report?.attempt).toMatchObject({
+      outcome: 'applied',
+      number: 1,
+      hash: response('policy v2').hash,
+    });
+  });
+
+  it('re-arms on an operator retry (a new retry token) before the budget is due', async () => {
+    const { engine, reconciler } = setUp();
+    engine.failApplies('busy');
+    reconciler.accept(response('policy v1'));
+    for (let n = 0; n < 12; n++) await reconciler.step(); // only the first is due: clock not moved
+    expect(engine.applies).toHaveLength(1);
+    reconciler.accept(response('policy v1', { retryToken: 1 }));
+    const report = await reconciler.step();
+    expect(report?.attempt).toMatchObject({ outcome: 'failed', number: 1 });
+    expect(engine.applies).toHaveLength(2);
+  });
+
+  it('stops attempting a bundle that can never be valid here until a new hash or a retry', async () => {
+    const { clock, engine, reconciler } = setUp();
+    engine.rejectBundlesContaining('wg9');
+    reconciler.accept(response('policy naming wg9'));
+    expect((await reconciler.step())?.attempt).toMatchObject({ outcome: 'invalid', number: 1 });
+    clock.set(clock.now() + 3_600_000);
+    expect((await reconciler.step())?.attempt).toBeUndefined();
+    reconciler.accept(response('policy naming wg9', { retryToken: 1 }));
+    expect((await reconciler.step())?.attempt).toMatchObject({ outcome: 'invalid' });
+    reconciler.accept(response('policy naming wg0', { retryToken: 1 }));
+    expect((await reconciler.step())?.attempt).toMatchObject({ outcome: 'applied', number: 1 });
+  });
+
+  it('detects drift of the live state and repairs it from the last bundle', async () => {
+    const { engine, reconciler } = setUp();
+    reconciler.accept(response('policy v1'));
+    await reconciler.step();
+    engine.setLiveHash(null); // someone deleted the table
+    const report = await reconciler.step();
+    expect(report?.drift).toMatchObject({ detectedHash: null, repaired: true });
+    expect(report?.attempt).toMatchObject({ outcome: 'applied' });
+    expect(report?.liveHash).toBe(response('policy v1').hash);
+  });
+
+  it('applies again on force, and nothing new while suspended', async () => {
+    const { engine, reconciler } = setUp();
+    reconciler.accept(response('policy v1'));
+    const first = await reconciler.step();
+    if (first !== undefined) reconciler.delivered(first);
+    // Converged and delivered: nothing to do, nothing to report (an undelivered report is re-sent).
+    expect(await reconciler.step()).toBeUndefined();
+    reconciler.accept(response('policy v1', { forceToken: 1 }));
+    expect((await reconciler.step())?.attempt).toMatchObject({ outcome: 'applied' });
+    expect(engine.applies).toHaveLength(2);
+    reconciler.accept(response('policy v2', { forceToken: 1, suspended: true }));
+    const suspended = await reconciler.step();
+    expect(suspended?.attempt).toBeUndefined();
+    expect(suspended?.appliedHash).toBe(response('policy v1').hash);
+    expect(engine.applies).toHaveLength(2);
+  });
+});

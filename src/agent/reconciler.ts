@@ -1,0 +1,237 @@
+import type { HostFacts } from '../facts/index.js';
+import {
+  DEFAULT_BACKOFF,
+  FailureBudget,
+  digestFacts,
+  type BackoffPolicy,
+  type BundleResponse,
+  type Clock,
+  type StatusReport,
+} from '../fleet/index.js';
+import type { HostEngine, PreparedGeneration } from './host-engine.js';
+
+/** What the reconciler remembers across restarts (the agent persists it). */
+export interface ReconcilerMemory {
+  readonly appliedHash: string | null;
+  readonly desired: BundleResponse | null;
+}
+
+/** What one apply attempt did, for metrics. */
+export interface AttemptRecord {
+  readonly hash: string;
+  readonly ok: boolean;
+  readonly durationMs: number;
+  readonly at: number;
+}
+
+/**
+ * The agent's reconcile loop, one round at a time: compare what the controller wants with what is
+ * applied and live, apply when they differ (a new hash, drift, an operator's force), and retry
+ * failures on the failure budget of (host, desired hash). There is no terminal state: a failing
+ * hash is retried at most `capMs` apart forever, an invalid one waits for a new hash or a retry.
+ */
+export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
+  readonly #engine: HostEngine<P>;
+  readonly #clock: Clock;
+  readonly #budget: FailureBudget;
+  readonly #agentVersion: string;
+  #desired: BundleResponse | null;
+  #appliedHash: string | null;
+  #invalidHash: string | null = null;
+  #forcePending = false;
+  #reportedFactsDigest: string | null = null;
+  #lastReport = '';
+
+  constructor(options: {
+    engine: HostEngine<P>;
+    clock: Clock;
+    random: () => number;
+    agentVersion: string;
+    backoff?: BackoffPolicy;
+    memory?: ReconcilerMemory;
+  }) {
+    this.#engine = options.engine;
+    this.#clock = options.clock;
+    this.#budget = new FailureBudget(options.backoff ?? DEFAULT_BACKOFF, options.random);
+    this.#agentVersion = options.agentVersion;
+    this.#desired = options.memory?.desired ?? null;
+    this.#appliedHash = options.memory?.appliedHash ?? null;
+  }
+
+  get memory(): ReconcilerMemory {
+    return { appliedHash: this.#appliedHash, desired: this.#desired };
+  }
+
+  /** What the long poll sends back so the controller answers only when something changed. */
+  get known(): { hash: string; retry: number; force: number; suspended: boolean } {
+    return {
+      hash: this.#desired?.hash ?? '',
+      retry: this.#desired?.retryToken ?? 0,
+      force: this.#desired?.forceToken ?? 0,
+      suspended: this.#desired?.suspended ?? false,
+    };
+  }
+
+  /** When a failed hash may be tried again (undefined: nothing is waiting on the budget). */
+  get nextAttemptAt(): number | undefined {
+    const hash = this.#desired?.hash ?? null;
+    if (hash === null || this.#budget.hash !== hash || this.#budget.failures === 0)
+      return undefined;
+    return this.#budget.nextAttemptAt;
+  }
+
+  get failures(): number {
+    return this.#budget.failures;
+  }
+
+  /** Takes the controller's answer; an operator's retry re-arms the budget, a force re-applies. */
+  accept(response: BundleResponse): void {
+    const before = this.#desired;
+    if (before !== null && response.retryToken !== before.retryToken) {
+      this.#budget.rearm();
+      this.#invalidHash = null;
+    }
+    if (before !== null && response.forceToken !== before.forceToken) this.#forcePending = true;
+    this.#desired = response;
+  }
+
+  /**
+   * One round: read facts and live state, apply if needed and due, and return the report to send
+   * (undefined when nothing changed since the last one).
+   */
+  async step(onAttempt?: (record: AttemptRecord) => void): Promise<StatusReport | undefined> {
+    const facts = await this.#engine.readFacts();
+    const factsDigest = digestFacts(facts);
+    let live = await this.#engine.readStatus();
+    const report: StatusReport = {
+      agentVersion: this.#agentVersion,
+      desiredHash: this.#desired?.hash ?? null,
+      appliedHash: this.#appliedHash,
+      liveHash: live.hash,
+    };
+    if (factsDigest !== this.#reportedFactsDigest) report.facts = facts;
+
+    const desired = this.#desired;
+    const target = desired?.hash ?? null;
+    const drifted = this.#appliedHash !== null && live.hash !== this.#appliedHash;
+    const bundle = desired?.suspended === false ? desired.bundle : null;
+    const needed =
+      bundle !== null &&
+      target !== null &&
+      (target !== this.#appliedHash || live.hash !== target || this.#forcePending);
+    const now = this.#clock.now();
+    if (needed && target !== this.#invalidHash && this.#budget.isDue(target, now)) {
+      const attempt = await this.#attempt(target, bundle, facts, onAttempt);
+      report.attempt = attempt;
+      live = await this.#engine.readStatus();
+      if (drifted) {
+        report.drift = {
+          detectedHash: report.liveHash ?? null,
+          repaired: attempt.outcome === 'applied' && live.hash === this.#appliedHash,
+          message: `live ${short(report.liveHash ?? null)} differed from applied ${short(report.appliedHash ?? null)}${attempt.outcome === 'applied' ? '; applied again' : `; repair failed: ${attempt.message}`}`,
+        };
+      }
+      report.appliedHash = this.#appliedHash;
+      report.liveHash = live.hash;
+    } else if (drifted) {
+      report.drift = {
+        detectedHash: live.hash,
+        repaired: false,
+        message: `live ${short(live.hash)} differs from applied ${short(this.#appliedHash)}${desired?.suspended === true ? ' (suspended: not repaired)' : ''}`,
+      };
+    }
+    report.counters = live.counters;
+    report.tunnels = [...live.tunnels];
+
+    if (
+      report.attempt === undefined &&
+      report.facts === undefined &&
+      fingerprintOf(report) === this.#lastReport
+    ) {
+      return undefined;
+    }
+    return report;
+  }
+
+  /** Marks a report as delivered (an undelivered one is sent again next round). */
+  delivered(report: StatusReport): void {
+    if (report.facts !== undefined) this.#reportedFactsDigest = digestFacts(report.facts);
+    this.#lastReport = fingerprintOf(report);
+  }
+
+  async #attempt(
+    target: string,
+    bundle: NonNullable<BundleResponse['bundle']>,
+    facts: HostFacts,
+    onAttempt: ((record: AttemptRecord) => void) | undefined,
+  ): Promise<NonNullable<StatusReport['attempt']>> {
+    const number = this.#budget.attemptNumber(target);
+    const started = this.#clock.now();
+    const prepared = await this.#engine.prepare(bundle, facts);
+    if (!prepared.ok) {
+      this.#invalidHash = target;
+      return {
+        hash: target,
+        outcome: 'invalid',
+        number,
+        message: prepared.message,
+        durationMs: this.#clock.now() - started,
+      };
+    }
+    if (prepared.prepared.hash !== target) {
+      // Agent and controller disagree on the hash (their versions differ): applying would loop.
+      this.#invalidHash = target;
+      return {
+        hash: target,
+        outcome: 'invalid',
+        number,
+        message: `this agent computes ${short(prepared.prepared.hash)} for the bundle, the controller ${short(target)}: are their versions the same?`,
+        durationMs: this.#clock.now() - started,
+      };
+    }
+    let outcome: Awaited<ReturnType<HostEngine<P>['apply']>>;
+    try {
+      outcome = await this.#engine.apply(prepared.prepared);
+    } catch (error) {
+      outcome = { ok: false, message: error instanceof Error ? error.message : String(error) };
+    }
+    const finished = this.#clock.now();
+    onAttempt?.({ hash: target, ok: outcome.ok, durationMs: finished - started, at: finished });
+    if (outcome.ok) {
+      this.#appliedHash = outcome.hash;
+      this.#forcePending = false;
+      this.#budget.rearm(target);
+      return {
+        hash: target,
+        outcome: 'applied',
+        number,
+        message: 'applied and read back',
+        durationMs: finished - started,
+      };
+    }
+    const delay = this.#budget.recordFailure(target, finished);
+    return {
+      hash: target,
+      outcome: 'failed',
+      number,
+      message: outcome.message,
+      durationMs: finished - started,
+      nextAttemptInMs: delay,
+    };
+  }
+}
+
+/** What makes a report worth sending again: hashes and drift (counters alone are not). */
+function fingerprintOf(report: StatusReport): string {
+  return JSON.stringify([
+    report.desiredHash,
+    report.appliedHash,
+    report.liveHash,
+    report.drift ?? null,
+    report.tunnels ?? [],
+  ]);
+}
+
+function short(hash: string | null): string {
+  return hash === null ? 'nothing' : hash.slice(0, 12);
+}

@@ -1,0 +1,363 @@
+import { readFileSync } from 'node:fs';
+import { EgressguardError, isEgressguardError } from '../core/index.js';
+import {
+  backoffDelay,
+  bundleResponseSchema,
+  connectController,
+  describeRefusal,
+  enrollResponseSchema,
+  fetchPinnedCa,
+  parseBootstrapToken,
+  rotateResponseSchema,
+  type BackoffPolicy,
+  type Clock,
+  type ControllerConnection,
+  type StatusReport,
+} from '../fleet/index.js';
+import { StateDir } from '../state/index.js';
+import type { AgentMetrics } from './agent-metrics.js';
+import type { HostEngine, PreparedGeneration } from './host-engine.js';
+import { Reconciler, type ReconcilerMemory } from './reconciler.js';
+
+/** A clock the agent can also wait on; tests pass one they drive. */
+export interface AgentClock extends Clock {
+  sleep(ms: number, signal: AbortSignal): Promise<void>;
+}
+
+export const systemAgentClock: AgentClock = {
+  now: () => Date.now(),
+  sleep: (ms, signal) =>
+    new Promise((resolve) => {
+      if (signal.aborted) {
+        resolve();
+        return;
+      }
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        resolve();
+      }
+      signal.addEventListener('abort', done, { once: true });
+    }),
+};
+
+export interface AgentOptions<P extends PreparedGeneration> {
+  readonly serverUrl: string;
+  /** The bootstrap token file, read once, at enrollment. */
+  readonly tokenFile: string;
+  readonly stateDir: StateDir;
+  readonly engine: HostEngine<P>;
+  readonly hostname: string;
+  readonly agentVersion: string;
+  readonly signal: AbortSignal;
+  readonly clock?: AgentClock;
+  readonly random?: () => number;
+  /** Backoff of failed applies (default 1 s doubling to 15 min). */
+  readonly backoff?: BackoffPolicy;
+  /** Backoff while the controller cannot be reached (default 1 s doubling to 60 s). */
+  readonly connectBackoff?: BackoffPolicy;
+  /** The first poll waits up to this long (spreads a fleet that starts at once). */
+  readonly startJitterMs?: number;
+  /** Each later poll waits up to this long more. */
+  readonly pollJitterMs?: number;
+  /** Rotate the credential when it is older than this. */
+  readonly rotateAfterMs?: number;
+  readonly metrics?: AgentMetrics;
+  readonly log?: (line: string) => void;
+}
+
+/** What the agent keeps in its state directory (0600: it holds the host credential). */
+interface Enrollment {
+  readonly serverUrl: string;
+  readonly hostId: string;
+  readonly hostName: string;
+  readonly credential: string;
+  readonly credentialIssuedAt: number;
+  /** The pinned controller CA (null for a plain-HTTP loopback controller). */
+  readonly caPem: string | null;
+}
+
+const ENROLLMENT_FILE = 'agent-enrollment.json';
+const MEMORY_FILE = 'agent-memory.json';
+
+/**
+ * Runs the agent until `signal` aborts or the controller decommissions the host: enroll once,
+ * then long-poll, reconcile and report. While the controller is away it keeps what is applied,
+ * repairs drift from its last bundle, and retries the connection with backoff.
+ */
+export async function runAgent<P extends PreparedGeneration>(
+  options: AgentOptions<P>,
+): Promise<'stopped' | 'decommissioned'> {
+  const clock = options.clock ?? systemAgentClock;
+  const random = options.random ?? Math.random;
+  const log = options.log ?? (() => undefined);
+  const connectBackoff = options.connectBackoff ?? { baseMs: 1_000, capMs: 60_000 };
+  const { signal } = options;
+
+  await clock.sleep(random() * (options.startJitterMs ?? 5_000), signal);
+  let enrollment = readEnrollment(options.stateDir);
+  let connectFailures = 0;
+  while (enrollment === undefined && !signal.aborted) {
+    try {
+      enrollment = await enroll(options);
+      log(`enrolled as "${enrollment.hostName}" (${enrollment.hostId})`);
+    } catch (error) {
+      if (isEgressguardError(error) && error.code !== 'io') throw error;
+      connectFailures += 1;
+      const delay = backoffDelay(connectFailures, connectBackoff, random);
+      log(`warning: ${(error as Error).message}; trying again in ${Math.round(delay / 1000)} s`);
+      await clock.sleep(delay, signal);
+    }
+  }
+  if (enrollment === undefined) return 'stopped';
+  if (enrollment.serverUrl !== options.serverUrl.replace(/\/+$/, '')) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot run the agent against "${options.serverUrl}": it enrolled with "${enrollment.serverUrl}"`,
+      {
+        hint: `use --server ${enrollment.serverUrl}, or remove ${options.stateDir.file(ENROLLMENT_FILE)} to enroll again`,
+      },
+    );
+  }
+
+  const connection = connectController(enrollment.serverUrl, enrollment.caPem);
+  let memoryOnDisk = options.stateDir.read(MEMORY_FILE);
+  const memory = readMemory(options.stateDir);
+  const reconciler = new Reconciler({
+    engine: options.engine,
+    clock,
+    random,
+    agentVersion: options.agentVersion,
+    ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
+    ...(memory === undefined ? {} : { memory }),
+  });
+  let pollWaitMs = 30_000;
+  let pending: StatusReport | undefined;
+  connectFailures = 0;
+  try {
+    while (!signal.aborted) {
+      // Reconcile with what we have: the controller being away never stops enforcement.
+      const report = await reconciler.step((attempt) => options.metrics?.recordAttempt(attempt));
+      options.metrics?.recordState(reconciler.memory.appliedHash, report);
+      memoryOnDisk = await saveMemory(options.stateDir, reconciler.memory, memoryOnDisk);
+      if (report !== undefined) pending = report;
+      try {
+        if (pending !== undefined) {
+          const answer = await connection.request('POST', '/v1/status', {
+            body: pending,
+            token: enrollment.credential,
+            signal,
+          });
+          if (answer.status === 410) return decommissioned(log);
+          if (answer.status !== 200)
+            throw refusal('report status', answer.status, describeRefusal(answer));
+          reconciler.delivered(pending);
+          pending = undefined;
+        }
+        if (
+          options.rotateAfterMs !== undefined &&
+          clock.now() - enrollment.credentialIssuedAt > options.rotateAfterMs
+        ) {
+          enrollment = await rotate(connection, enrollment, options.stateDir, clock);
+          log('rotated the host credential');
+        }
+        const known = reconciler.known;
+        const nextAttempt = reconciler.nextAttemptAt;
+        const waitMs = Math.max(
+          0,
+          Math.min(pollWaitMs, nextAttempt === undefined ? pollWaitMs : nextAttempt - clock.now()),
+        );
+        const query = new URLSearchParams({
+          hash: known.hash,
+          retry: String(known.retry),
+          force: String(known.force),
+          suspended: known.suspended ? '1' : '0',
+          wait: String(Math.floor(waitMs / 1000)),
+        });
+        const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
+          token: enrollment.credential,
+          signal,
+          timeoutMs: waitMs + 30_000,
+        });
+        options.metrics?.recordReachable(true);
+        connectFailures = 0;
+        if (answer.status === 410) return decommissioned(log);
+        if (answer.status === 200) {
+          const bundle = bundleResponseSchema.parse(answer.body);
+          pollWaitMs = bundle.pollIntervalMs;
+          reconciler.accept(bundle);
+          continue;
+        }
+        if (answer.status !== 304)
+          throw refusal('poll for a bundle', answer.status, describeRefusal(answer));
+        await clock.sleep(
+          random() * (options.pollJitterMs ?? Math.min(1_000, pollWaitMs / 20)),
+          signal,
+        );
+      } catch (error) {
+        if (isAborted(signal)) break;
+        options.metrics?.recordReachable(false);
+        connectFailures += 1;
+        const delay = backoffDelay(connectFailures, connectBackoff, random);
+        log(
+          `warning: ${(error as Error).message}; enforcing what is applied, trying again in ${Math.round(delay / 1000)} s`,
+        );
+        const nextAttempt = reconciler.nextAttemptAt;
+        await clock.sleep(
+          nextAttempt === undefined
+            ? delay
+            : Math.min(delay, Math.max(0, nextAttempt - clock.now())),
+          signal,
+        );
+      }
+    }
+    return 'stopped';
+  } finally {
+    connection.close();
+  }
+}
+
+async function enroll<P extends PreparedGeneration>(options: AgentOptions<P>): Promise<Enrollment> {
+  let text: string;
+  try {
+    text = readFileSync(options.tokenFile, 'utf8');
+  } catch (error) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot read the bootstrap token "${options.tokenFile}": ${(error as Error).message}`,
+    );
+  }
+  const token = parseBootstrapToken(text);
+  if (token === undefined) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot use the bootstrap token in "${options.tokenFile}": it is not an egressguard token (egb1.…)`,
+      {
+        hint: 'mint one with `egressguard fleet token create`',
+      },
+    );
+  }
+  const serverUrl = options.serverUrl.replace(/\/+$/, '');
+  const https = serverUrl.startsWith('https:');
+  if (https && token.caPin === null) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot enroll with "${serverUrl}": the bootstrap token carries no CA pin (it was minted by a plain-HTTP controller)`,
+    );
+  }
+  const caPem = https && token.caPin !== null ? await fetchPinnedCa(serverUrl, token.caPin) : null;
+  const connection = connectController(serverUrl, caPem);
+  try {
+    const facts = await options.engine.readFacts();
+    const answer = await connection.request('POST', '/v1/enroll', {
+      body: {
+        token: text.trim(),
+        hostname: options.hostname,
+        agentVersion: options.agentVersion,
+        facts,
+      },
+    });
+    if (answer.status >= 500)
+      throw new EgressguardError(
+        'io',
+        `Cannot enroll with "${serverUrl}": ${describeRefusal(answer)}`,
+      );
+    if (answer.status !== 200) throw refusal('enroll', answer.status, describeRefusal(answer));
+    const enrolled = enrollResponseSchema.parse(answer.body);
+    const enrollment: Enrollment = {
+      serverUrl,
+      hostId: enrolled.hostId,
+      hostName: enrolled.hostName,
+      credential: enrolled.credential,
+      credentialIssuedAt: (options.clock ?? systemAgentClock).now(),
+      caPem,
+    };
+    options.stateDir.write(ENROLLMENT_FILE, `${JSON.stringify(enrollment, null, 2)}\n`);
+    return enrollment;
+  } finally {
+    connection.close();
+  }
+}
+
+async function rotate(
+  connection: ControllerConnection,
+  enrollment: Enrollment,
+  stateDir: StateDir,
+  clock: Clock,
+): Promise<Enrollment> {
+  const answer = await connection.request('POST', '/v1/credential/rotate', {
+    token: enrollment.credential,
+  });
+  if (answer.status !== 200)
+    throw refusal('rotate the credential', answer.status, describeRefusal(answer));
+  const next = {
+    ...enrollment,
+    credential: rotateResponseSchema.parse(answer.body).credential,
+    credentialIssuedAt: clock.now(),
+  };
+  // Written before first use: the controller retires the old credential only when the new one is used.
+  stateDir.write(ENROLLMENT_FILE, `${JSON.stringify(next, null, 2)}\n`);
+  return next;
+}
+
+function readEnrollment(stateDir: StateDir): Enrollment | undefined {
+  const text = stateDir.read(ENROLLMENT_FILE);
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text) as Enrollment;
+  } catch (error) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot read "${stateDir.file(ENROLLMENT_FILE)}": ${(error as Error).message}`,
+      {
+        hint: 'remove it and enroll again with a new bootstrap token',
+      },
+    );
+  }
+}
+
+function readMemory(stateDir: StateDir): ReconcilerMemory | undefined {
+  const text = stateDir.read(MEMORY_FILE);
+  if (text === undefined) return undefined;
+  try {
+    const parsed = JSON.parse(text) as { appliedHash: string | null; desired: unknown };
+    const desired = bundleResponseSchema.nullable().safeParse(parsed.desired);
+    return { appliedHash: parsed.appliedHash, desired: desired.success ? desired.data : null };
+  } catch {
+    return undefined; // only a cache: the controller sends the bundle again
+  }
+}
+
+/**
+ * Writes the memory when it changed since `written`; off the event loop (libuv's pool), since a
+ * push makes agents write at once. Returns what is now on disk.
+ */
+async function saveMemory(
+  stateDir: StateDir,
+  memory: ReconcilerMemory,
+  written: string | undefined,
+): Promise<string> {
+  const text = `${JSON.stringify(memory)}\n`;
+  if (text !== written) await stateDir.writeAsync(MEMORY_FILE, text);
+  return text;
+}
+
+function refusal(action: string, status: number, message: string): EgressguardError {
+  return new EgressguardError(
+    'command-failed',
+    `Controller refused to ${action} (HTTP ${status}): ${message}`,
+  );
+}
+
+function decommissioned(log: (line: string) => void): 'decommissioned' {
+  log(
+    'the controller decommissioned this host: stopping (the applied rules stay; remove them with `egressguard remove`)',
+  );
+  return 'decommissioned';
+}
+
+/** Read through a call: TypeScript would narrow `signal.aborted` to false inside the loop. */
+function isAborted(signal: AbortSignal): boolean {
+  return signal.aborted;
+}

@@ -1,0 +1,42 @@
+export {
+  Controller,
+  type AuditEntry,
+  type ControllerOptions,
+  type EventView,
+  type HostIdentity,
+  type HostView,
+  type PushResult,
+  type RolloutView,
+  type WaveView,
+} from './controller.js';
+export {
+  createPolicyDocumentBinder,
+  digestFacts,
+  hashPolicyBundle,
+  type BindResult,
+  type BindTarget,
+  type BundleBinder,
+  type HashBundle,
+  type PrepareResult,
+} from './bundle-binder.js';
+export { systemClock, type Clock } from './clock.js';
+export {
+  connectController,
+  describeRefusal,
+  fetchPinnedCa,
+  type ControllerAnswer,
+  type ControllerConnection,
+} from './controller-connection.js';
+export { CONDITION_TYPES, type Condition, type ConditionType } from './conditions.js';
+export {
+  DEFAULT_BACKOFF,
+  FailureBudget,
+  backoffCeiling,
+  backoffDelay,
+  type BackoffPolicy,
+} from './failure-budget.js';
+export * from './protocol.js';
+export { RefusedError, type RefusalCode } from './request-error.js';
+export { type RolloutParamsInput } from './rollout-plan.js';
+export { parseBootstrapToken, type BootstrapToken } from './secrets.js';
+export { openStore, type Store } from './store/open-store.js';

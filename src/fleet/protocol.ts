@@ -1,0 +1,109 @@
+import { z } from 'zod';
+
+/**
+ * The wire between agent and controller. Every body is validated with these schemas on arrival,
+ * by the controller and by the agent alike. The bundle is the one part phase B replaces (the IR
+ * bound to the host's facts instead of the policy text): `hostBundleSchema` and the binder change,
+ * the envelope does not.
+ */
+export const BUNDLE_FORMAT = 'egressguard/bundle/policy-document-v0';
+
+const hash = z.string().regex(/^[0-9a-f]{64}$/, 'a sha256 hex digest');
+const hostName = z
+  .string()
+  .min(1)
+  .max(253)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits, ".", "_" and "-"');
+
+/** What an agent gets to apply: the pushed policy and the facts the controller bound it to. */
+export const hostBundleSchema = z.strictObject({
+  format: z.literal(BUNDLE_FORMAT),
+  pushId: z.string(),
+  policy: z.string(),
+  source: z.string(),
+  factsDigest: z.string().nullable(),
+});
+export type HostBundle = z.infer<typeof hostBundleSchema>;
+
+export const enrollRequestSchema = z.strictObject({
+  token: z.string().min(1).max(512),
+  hostname: hostName,
+  agentVersion: z.string().max(64),
+  facts: z.unknown(),
+});
+export type EnrollRequest = z.infer<typeof enrollRequestSchema>;
+
+export const enrollResponseSchema = z.strictObject({
+  hostId: z.string(),
+  hostName: z.string(),
+  credential: z.string(),
+});
+export type EnrollResponse = z.infer<typeof enrollResponseSchema>;
+
+/** The long poll's query: answer when any of these differs from the controller's view. */
+export const bundleQuerySchema = z.strictObject({
+  hash: z.union([hash, z.literal('')]).default(''),
+  retry: z.coerce.number().int().min(0).default(0),
+  force: z.coerce.number().int().min(0).default(0),
+  suspended: z.enum(['0', '1']).default('0'),
+  wait: z.coerce.number().int().min(0).max(120).default(0),
+});
+export type BundleQuery = z.infer<typeof bundleQuerySchema>;
+
+export const bundleResponseSchema = z.strictObject({
+  hostId: z.string(),
+  /** null: no policy for this host yet, or the controller cannot bind it (see `stalled`). */
+  hash: hash.nullable(),
+  bundle: hostBundleSchema.nullable(),
+  /** Bumped by `fleet retry`: try now, whatever the failure budget says. */
+  retryToken: z.number().int(),
+  /** Bumped by `fleet force`: apply again even when the live hash already matches. */
+  forceToken: z.number().int(),
+  suspended: z.boolean(),
+  pollIntervalMs: z.number().int().positive(),
+});
+export type BundleResponse = z.infer<typeof bundleResponseSchema>;
+
+const attemptOutcomeSchema = z.enum(['applied', 'failed', 'invalid']);
+
+export const statusReportSchema = z.strictObject({
+  agentVersion: z.string().max(64),
+  /** Sent when they changed since the last report: the controller binds bundles to them. */
+  facts: z.unknown().optional(),
+  /** The hash the agent is converging to (from its last bundle). */
+  desiredHash: hash.nullable(),
+  appliedHash: hash.nullable(),
+  liveHash: hash.nullable(),
+  /** The last attempt, when this report follows one. */
+  attempt: z
+    .strictObject({
+      hash,
+      outcome: attemptOutcomeSchema,
+      /** 1 for the first attempt at this hash; never reset but by a new hash or a retry. */
+      number: z.number().int().positive(),
+      message: z.string().max(4096),
+      durationMs: z.number().nonnegative(),
+      /** When the agent tries again (failed attempts only). */
+      nextAttemptInMs: z.number().int().nonnegative().optional(),
+    })
+    .optional(),
+  /** The live state differed from the applied state (and the agent repaired it). */
+  drift: z
+    .strictObject({ detectedHash: hash.nullable(), repaired: z.boolean(), message: z.string() })
+    .optional(),
+  counters: z.record(z.string().max(128), z.number()).default({}),
+  tunnels: z.array(z.strictObject({ name: z.string().max(64), up: z.boolean() })).default([]),
+});
+export type StatusReport = z.input<typeof statusReportSchema>;
+export type ParsedStatusReport = z.output<typeof statusReportSchema>;
+
+export const rotateResponseSchema = z.strictObject({ credential: z.string() });
+
+/** Every 4xx and 5xx answer. */
+export const errorResponseSchema = z.strictObject({
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    issues: z.array(z.unknown()).optional(),
+  }),
+});

@@ -1,0 +1,65 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { EgressguardError } from '../core/index.js';
+
+export const OPERATOR_TOKEN_ENV = 'EGRESSGUARD_OPERATOR_TOKEN';
+
+export function hashOperatorToken(token: string): string {
+  return createHash('sha256').update(token).digest('hex');
+}
+
+export function matchesOperatorToken(presented: string, storedHash: string): boolean {
+  const a = Buffer.from(hashOperatorToken(presented), 'hex');
+  const b = Buffer.from(storedHash, 'hex');
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+/**
+ * The operator token, from a file or the environment, never from argv (it would show in `ps`).
+ * With neither, the server creates `fallbackFile` (0600) on first start.
+ */
+export function loadOperatorToken(options: {
+  file?: string | undefined;
+  fallbackFile: string;
+  create: boolean;
+}): { token: string; source: string } {
+  if (options.file !== undefined) return { token: readToken(options.file), source: options.file };
+  const fromEnv = process.env[OPERATOR_TOKEN_ENV];
+  if (fromEnv !== undefined && fromEnv.trim() !== '')
+    return { token: fromEnv.trim(), source: OPERATOR_TOKEN_ENV };
+  if (existsSync(options.fallbackFile))
+    return { token: readToken(options.fallbackFile), source: options.fallbackFile };
+  if (!options.create) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot find an operator token: "${options.fallbackFile}" does not exist`,
+      {
+        hint: `pass --operator-token-file FILE or set ${OPERATOR_TOKEN_ENV}`,
+      },
+    );
+  }
+  mkdirSync(dirname(options.fallbackFile), { recursive: true, mode: 0o700 });
+  const token = `ego1.${randomBytes(32).toString('base64url')}`;
+  writeFileSync(options.fallbackFile, `${token}\n`, { mode: 0o600, flag: 'wx' });
+  return { token, source: options.fallbackFile };
+}
+
+function readToken(file: string): string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8').trim();
+  } catch (error) {
+    throw new EgressguardError(
+      'io',
+      `Cannot read the operator token "${file}": ${(error as Error).message}`,
+    );
+  }
+  if (text.length < 16) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot use the operator token in "${file}": it is shorter than 16 characters`,
+    );
+  }
+  return text;
+}

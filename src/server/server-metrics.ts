@@ -1,0 +1,150 @@
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Controller } from '../fleet/index.js';
+
+/** The controller's metrics; fleet gauges are read from the store at scrape time. */
+export interface ServerMetrics {
+  readonly registry: Registry;
+  readonly checkins: Counter;
+  readonly requestDuration: Histogram<'method' | 'route' | 'status'>;
+}
+
+export function createServerMetrics(controller: Controller): ServerMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+
+  const checkins = new Counter({
+    name: 'egressguard_fleet_checkins_total',
+    help: 'Agent check-ins (bundle polls and status reports) served by this replica',
+    registers,
+  });
+  const requestDuration = new Histogram({
+    name: 'egressguard_http_request_duration_seconds',
+    help: 'HTTP request latency by route (bundle long polls include their wait)',
+    labelNames: ['method', 'route', 'status'] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+    registers,
+  });
+
+  new Gauge({
+    name: 'egressguard_fleet_hosts',
+    help: 'Enrolled hosts by condition and status (Ready is Unknown for a silent host)',
+    labelNames: ['condition', 'status'] as const,
+    registers,
+    async collect() {
+      const hosts = await controller.listHosts();
+      this.reset();
+      for (const host of hosts) {
+        for (const c of host.conditions) this.inc({ condition: c.type, status: c.status });
+      }
+    },
+  });
+  const perHost = {
+    condition: new Gauge({
+      name: 'egressguard_fleet_host_condition',
+      help: '1 when the host condition is True',
+      labelNames: ['host', 'condition'] as const,
+      registers,
+      collect: () => hostsOnce(),
+    }),
+    silent: new Gauge({
+      name: 'egressguard_fleet_host_silent',
+      help: '1 when the host has not checked in within its grace',
+      labelNames: ['host'] as const,
+      registers,
+      collect: () => hostsOnce(),
+    }),
+    drift: new Gauge({
+      name: 'egressguard_fleet_host_drift',
+      help: '1 when the host reports a live hash other than its applied hash',
+      labelNames: ['host'] as const,
+      registers,
+      collect: () => hostsOnce(),
+    }),
+    checkin: new Gauge({
+      name: 'egressguard_fleet_host_last_checkin_timestamp_seconds',
+      help: 'When the host last checked in',
+      labelNames: ['host'] as const,
+      registers,
+      collect: () => hostsOnce(),
+    }),
+  };
+  // prom-client collects every metric at once: the gauges of a group share one query per scrape.
+  const hostsOnce = shareRun(fillHosts);
+  const rolloutsOnce = shareRun(fillRollouts);
+
+  async function fillHosts(): Promise<void> {
+    const hosts = await controller.listHosts();
+    for (const gauge of Object.values(perHost)) gauge.reset();
+    for (const host of hosts) {
+      for (const c of host.conditions) {
+        perHost.condition.set({ host: host.name, condition: c.type }, c.status === 'True' ? 1 : 0);
+      }
+      perHost.silent.set({ host: host.name }, host.silent ? 1 : 0);
+      const drift =
+        host.appliedHash !== null && host.liveHash !== null && host.appliedHash !== host.liveHash;
+      perHost.drift.set({ host: host.name }, drift ? 1 : 0);
+      if (host.lastCheckinAt !== null)
+        perHost.checkin.set({ host: host.name }, host.lastCheckinAt / 1000);
+    }
+  }
+
+  const rollout = {
+    state: new Gauge({
+      name: 'egressguard_fleet_rollout_state',
+      help: '1 for the state each recent rollout is in',
+      labelNames: ['rollout', 'state'] as const,
+      registers,
+      collect: () => rolloutsOnce(),
+    }),
+    waves: new Gauge({
+      name: 'egressguard_fleet_rollout_waves',
+      help: 'Waves of each recent rollout by state',
+      labelNames: ['rollout', 'state'] as const,
+      registers,
+      collect: () => rolloutsOnce(),
+    }),
+    currentWave: new Gauge({
+      name: 'egressguard_fleet_rollout_current_wave',
+      help: 'The index of the wave a rollout is on',
+      labelNames: ['rollout'] as const,
+      registers,
+      collect: () => rolloutsOnce(),
+    }),
+    waveStarted: new Gauge({
+      name: 'egressguard_fleet_rollout_wave_started_timestamp_seconds',
+      help: 'When the current wave of a rollout started',
+      labelNames: ['rollout'] as const,
+      registers,
+      collect: () => rolloutsOnce(),
+    }),
+  };
+  async function fillRollouts(): Promise<void> {
+    const rollouts = await controller.listRollouts(10);
+    for (const gauge of Object.values(rollout)) gauge.reset();
+    for (const r of rollouts) {
+      for (const state of ['progressing', 'paused', 'succeeded', 'superseded'] as const) {
+        rollout.state.set({ rollout: r.id, state }, r.state === state ? 1 : 0);
+      }
+      const byState = new Map<string, number>();
+      for (const w of r.waves) byState.set(w.state, (byState.get(w.state) ?? 0) + 1);
+      for (const [state, count] of byState) rollout.waves.set({ rollout: r.id, state }, count);
+      rollout.currentWave.set({ rollout: r.id }, r.currentWave);
+      const started = r.waves[r.currentWave]?.startedAt;
+      if (started !== undefined && started !== null)
+        rollout.waveStarted.set({ rollout: r.id }, started / 1000);
+    }
+  }
+
+  return { registry, checkins, requestDuration };
+}
+
+/** Runs `work` once for all callers that arrive while it runs. */
+function shareRun(work: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () => {
+    running ??= work().finally(() => {
+      running = undefined;
+    });
+    return running;
+  };
+}

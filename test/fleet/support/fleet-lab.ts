@@ -1,0 +1,157 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createRecordingEngine, runAgent, type RecordingEngine } from '../../../src/agent/index.js';
+import { createRandom, packagePath } from '../../../src/core/index.js';
+import { parseHostFacts, type HostFacts } from '../../../src/facts/index.js';
+import { hashPolicyBundle, type HostView } from '../../../src/fleet/index.js';
+import { startServer, type RunningServer, type ServerOptions } from '../../../src/server/index.js';
+import { StateDir } from '../../../src/state/index.js';
+
+export const POLICY_V1 = readFileSync(
+  packagePath('testdata/policies/valid/linux-vpn-gateway/policy.yaml'),
+  'utf8',
+);
+/** The same policy, changed: another hash for every host, the agent binary unchanged. */
+export function policyVariant(marker: string): string {
+  return `${POLICY_V1}\n# ${marker}\n`;
+}
+
+const BASE_FACTS = readFileSync(
+  packagePath('testdata/policies/valid/linux-vpn-gateway/facts.json'),
+  'utf8',
+);
+
+export function factsFor(name: string): HostFacts {
+  return parseHostFacts({ ...(JSON.parse(BASE_FACTS) as object), hostname: name }, name);
+}
+
+/** Temp directories the suite removes when it ends. */
+export function createScratch(): { dir(prefix: string): string; cleanup(): void } {
+  const dirs: string[] = [];
+  return {
+    dir: (prefix) => {
+      const dir = mkdtempSync(join(tmpdir(), `egressguard-${prefix}-`));
+      dirs.push(dir);
+      return dir;
+    },
+    cleanup: () => {
+      for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A controller replica on loopback with short intervals (a test must not wait 30 s polls). */
+export function startTestServer(
+  options: Partial<ServerOptions> & { store: string; stateDir: string },
+): Promise<RunningServer> {
+  return startServer({
+    listen: '127.0.0.1:0',
+    pollIntervalMs: 2_000,
+    graceMs: 4_000,
+    tickMs: 100,
+    log: () => undefined,
+    ...options,
+  });
+}
+
+export interface TestAgent {
+  readonly name: string;
+  readonly engine: RecordingEngine;
+  readonly outcome: Promise<'stopped' | 'decommissioned'>;
+  readonly log: string[];
+  stop(): Promise<void>;
+}
+
+/** The real agent (enrollment, CA pinning, long poll, reports) in this process, recording. */
+export function startTestAgent(options: {
+  serverUrl: string;
+  token: string;
+  name: string;
+  root: string;
+  seed?: number;
+}): TestAgent {
+  const tokenFile = join(options.root, `${options.name}.token`);
+  writeFileSync(tokenFile, `${options.token}\n`, { mode: 0o600 });
+  const engine = createRecordingEngine({
+    facts: factsFor(options.name),
+    hashBundle: hashPolicyBundle,
+  });
+  const controller = new AbortController();
+  const log: string[] = [];
+  const outcome = runAgent({
+    serverUrl: options.serverUrl,
+    tokenFile,
+    stateDir: new StateDir({ root: join(options.root, options.name) }),
+    engine,
+    hostname: options.name,
+    agentVersion: 'test',
+    signal: controller.signal,
+    random: createRandom(options.seed ?? options.name.length),
+    startJitterMs: 50,
+    pollJitterMs: 50,
+    backoff: { baseMs: 200, capMs: 2_000 },
+    connectBackoff: { baseMs: 100, capMs: 1_000 },
+    log: (line) => log.push(line),
+  });
+  return {
+    name: options.name,
+    engine,
+    outcome,
+    log,
+    stop: async () => {
+      controller.abort();
+      await outcome.catch(() => undefined);
+    },
+  };
+}
+
+/** Polls until `probe` returns a value; fails with `what` after a generous bound. */
+export async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 30_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: Error | undefined;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined) return value;
+    } catch (error) {
+      last = error instanceof Error ? error : new Error(String(error));
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `Timed out after ${timeoutMs} ms waiting for ${what}${last === undefined ? '' : `: ${last.message}`}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+export function condition(host: HostView, type: string): { status: string; reason: string } {
+  const found = host.conditions.find((c) => c.type === type);
+  return { status: found?.status ?? 'missing', reason: found?.reason ?? 'missing' };
+}
+
+/** Waits until every named host reports `hash` applied and live. */
+export async function waitForConverged(
+  server: RunningServer,
+  names: readonly string[],
+  hash?: string,
+): Promise<HostView[]> {
+  return waitFor(`hosts ${names.join(', ')} to converge`, async () => {
+    const hosts = (await server.controller.listHosts()).filter((h) => names.includes(h.name));
+    const done =
+      hosts.length === names.length &&
+      hosts.every(
+        (h) =>
+          h.desiredHash !== null &&
+          (hash === undefined || h.desiredHash === hash) &&
+          h.appliedHash === h.desiredHash &&
+          h.liveHash === h.desiredHash,
+      );
+    return done ? hosts : undefined;
+  });
+}
