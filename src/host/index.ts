@@ -7,9 +7,11 @@ export {
 } from './host-target.js';
 export { findFactsFile, requireFacts, requirePolicy } from './load-inputs.js';
 export {
+  compilePolicy,
   prepareForFacts,
   preparePolicy,
   type PrepareInput,
   type Prepared,
 } from './prepare-policy.js';
 export { applyPrepared, planPrepared } from './apply-prepared.js';
+export { explainPacket, type PacketExplanation } from './explain-packet.js';

@@ -1,4 +1,12 @@
-import { artifactOfRole, compileWithHash, type Artifact, type Backend } from '../backends/index.js';
+import {
+  artifactOfRole,
+  compileWithHash,
+  registry as defaultRegistry,
+  type Artifact,
+  type Backend,
+  type BackendOptions,
+  type BackendRegistry,
+} from '../backends/index.js';
 import { VERSION } from '../core/index.js';
 import {
   gatherFacts,
@@ -15,7 +23,7 @@ import {
   type PolicyIR,
 } from '../ir/index.js';
 import type { Policy } from '../policy/index.js';
-import { backendOf, type HostTarget } from './host-target.js';
+import type { HostTarget } from './host-target.js';
 import { requirePolicy } from './load-inputs.js';
 
 /** A policy made ready for one host: lowered, bound to its facts, compiled and hashed. */
@@ -67,7 +75,7 @@ export async function preparePolicy(target: HostTarget, input: PrepareInput): Pr
 
 /** The pure part of preparePolicy: no facts to read. */
 export function prepareForFacts(
-  target: Pick<HostTarget, 'backendName' | 'registry' | 'options' | 'state'>,
+  target: Pick<HostTarget, 'backendName' | 'registry' | 'options'>,
   input: {
     readonly policy: Policy;
     readonly facts: HostFacts;
@@ -86,7 +94,11 @@ export function prepareForFacts(
       `class "${skipped.name}" is not enforced on this host: it needs labels ${wanted} (set them in ${labelsFile()})`,
     );
   }
-  const backend = backendOf(target as HostTarget, facts);
+  // Facts are given, so the backend is the one asked for, else the one of their OS.
+  const backend =
+    target.backendName === undefined
+      ? target.registry.forFacts(facts)
+      : target.registry.get(target.backendName);
   const { artifacts, hash } = compileWithHash(backend, {
     ir,
     options: target.options,
@@ -102,4 +114,28 @@ export function prepareForFacts(
     lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
     hash,
   };
+}
+
+/**
+ * Compiles a policy for a host of these facts with the backend asked for, or the one of their OS
+ * (`compile`): the stamped artifacts and the host config hash. Pure: no host is touched.
+ */
+export function compilePolicy(
+  policy: Policy,
+  facts: HostFacts,
+  options: {
+    readonly backend?: string | undefined;
+    readonly options?: BackendOptions;
+    readonly registry?: BackendRegistry;
+    readonly warn?: (message: string) => void;
+  } = {},
+): Prepared {
+  return prepareForFacts(
+    {
+      backendName: options.backend,
+      registry: options.registry ?? defaultRegistry,
+      options: options.options ?? {},
+    },
+    { policy, facts, ...(options.warn === undefined ? {} : { warn: options.warn }) },
+  );
 }

@@ -59,7 +59,7 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
           'unsupported',
           `Cannot run the agent with engine "${opts.engine}": only "recording" is available in this build`,
           {
-            hint: 'the firewall engine (nftables, pf) arrives with the fleet’s phase B; --engine recording runs the protocol without touching the host',
+            hint: 'the firewall engine arrives with the fleet’s phase B; --engine recording runs the protocol without touching the host',
           },
         );
       }

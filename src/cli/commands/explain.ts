@@ -1,17 +1,9 @@
 import { Option, type Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
-import { registry, type Backend } from '../../backends/index.js';
-import { EgressguardError, isEgressguardError } from '../../core/index.js';
-import type { HostFacts } from '../../facts/index.js';
-import {
-  createHostView,
-  evaluatePacket,
-  lowerForHost,
-  parsePacketArguments,
-  type PacketArguments,
-} from '../../ir/index.js';
+import { EgressguardError } from '../../core/index.js';
+import { parsePacketArguments, type PacketArguments } from '../../ir/index.js';
 import { EXIT } from '../exit-codes.js';
-import { requireFacts, requirePolicy } from '../../host/index.js';
+import { explainPacket, requireFacts, requirePolicy } from '../../host/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
 export interface ExplainOptions extends PacketArguments {
@@ -25,7 +17,7 @@ export interface ExplainOptions extends PacketArguments {
 /** `explain POLICY --from IP --to IP …`: what happens to this packet, and which layer decides. */
 export function runExplain(file: string, options: ExplainOptions, output: Output): number {
   // The packet first: a typo in it is reported before the policy is read.
-  const packet = parsePacketArguments(options);
+  parsePacketArguments(options);
   const tunnel = options.tunnel ?? 'up';
   if (tunnel !== 'up' && tunnel !== 'down') {
     throw new EgressguardError('usage', `Cannot use --tunnel "${tunnel}"`, {
@@ -34,12 +26,8 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
   }
   const { policy } = requirePolicy(file);
   const facts = requireFacts(file, options.facts);
-  const ir = lowerForHost(policy, facts);
-  const result = evaluatePacket(ir, createHostView(facts), packet, { tunnel });
-  // The filter layer is the firewall the host's backend compiles to.
-  const backend = registry.all().find((b) => b.name === options.target) ?? backendForFacts(facts);
-  const filterLayer = backend?.layer ?? 'filter';
-  const layers = result.layers.map((l) => (l === 'filter' ? filterLayer : l));
+  const result = explainPacket(policy, facts, options, { tunnel, backend: options.target });
+  const layers = result.layers;
   if (options.json === true) {
     printJson(output, {
       class: result.class,
@@ -75,16 +63,6 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
     printLine(output, `${paint(output, 'bold', label.padEnd(12))}${value}`);
   for (const note of result.notes) printLine(output, paint(output, 'dim', `note: ${note}`));
   return EXIT.ok;
-}
-
-/** The backend of a host of these facts; undefined when none in this build enforces there. */
-function backendForFacts(facts: HostFacts): Backend | undefined {
-  try {
-    return registry.forFacts(facts);
-  } catch (error) {
-    if (isEgressguardError(error) && error.code === 'unsupported') return undefined;
-    throw error;
-  }
 }
 
 /** Registers `explain`. */

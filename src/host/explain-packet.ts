@@ -1,0 +1,59 @@
+import { isEgressguardError } from '../core/index.js';
+import type { HostFacts } from '../facts/index.js';
+import {
+  createHostView,
+  evaluatePacket,
+  lowerForHost,
+  parsePacketArguments,
+  type EvaluationState,
+  type Explanation,
+  type PacketArguments,
+} from '../ir/index.js';
+import type { Policy } from '../policy/index.js';
+import { registry as defaultRegistry, type BackendRegistry } from '../backends/index.js';
+
+/** An explanation whose filter layer carries the name its backend gives it (Backend.layer). */
+export interface PacketExplanation extends Omit<Explanation, 'layers'> {
+  readonly layers: readonly string[];
+}
+
+/**
+ * What happens to one packet on a host of these facts (`explain`): the class, the verdict, the
+ * IR node that decided, where it leaves, and which layers act. The packet is given as text, as
+ * on the command line, and validated first (a `usage` error names the bad value).
+ */
+export function explainPacket(
+  policy: Policy,
+  facts: HostFacts,
+  packet: PacketArguments,
+  options: Partial<EvaluationState> & {
+    /** The backend whose firewall names the filter layer (default: the one for the facts' OS). */
+    readonly backend?: string | undefined;
+    readonly registry?: BackendRegistry;
+  } = {},
+): PacketExplanation {
+  const parsed = parsePacketArguments(packet);
+  const registry = options.registry ?? defaultRegistry;
+  const result = evaluatePacket(lowerForHost(policy, facts), createHostView(facts), parsed, {
+    tunnel: options.tunnel ?? 'up',
+  });
+  const filterLayer = filterLayerName(registry, facts, options.backend);
+  return { ...result, layers: result.layers.map((l) => (l === 'filter' ? filterLayer : l)) };
+}
+
+/** The filter layer's name: the asked-for backend's, else the facts' backend's, else "filter". */
+function filterLayerName(
+  registry: BackendRegistry,
+  facts: HostFacts,
+  backend: string | undefined,
+): string {
+  const named = registry.all().find((b) => b.name === backend);
+  if (named !== undefined) return named.layer;
+  try {
+    return registry.forFacts(facts).layer;
+  } catch (error) {
+    // No backend in this build enforces on this OS: the verdict stands, the layer has no name.
+    if (isEgressguardError(error) && error.code === 'unsupported') return 'filter';
+    throw error;
+  }
+}
