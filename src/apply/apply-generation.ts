@@ -7,7 +7,12 @@ import type {
 } from '../backends/index.js';
 import { createStepTimer, EgressguardError, type StepTimings } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { acquireHostLock, ownIdentity, type StateDir } from '../state/index.js';
+import {
+  acquireHostLock,
+  acquireHostLockWaiting,
+  ownIdentity,
+  type StateDir,
+} from '../state/index.js';
 import {
   cancelRevert,
   readPendingFile,
@@ -48,6 +53,13 @@ export interface ApplyInput {
     /** The argv that reverts generation N (`egressguard restore --unconfirmed N …`). */
     readonly revertCommand: (generation: number) => readonly string[];
   };
+  /**
+   * How long to wait while another egressguard holds the host lock (a resident repair, a boot
+   * restore); 0 or absent: fail at once with `lock-held`.
+   */
+  readonly lockWaitMs?: number;
+  /** Told once what holds the lock, when this apply starts to wait for it. */
+  readonly onLockWait?: (message: string) => void;
 }
 
 export interface ApplyReport {
@@ -73,7 +85,13 @@ export interface ApplyReport {
 export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
   const timer = createStepTimer();
   const lockStarted = performance.now();
-  const lock = acquireHostLock(input.state, 'apply a policy');
+  const lock =
+    input.lockWaitMs === undefined || input.lockWaitMs <= 0
+      ? acquireHostLock(input.state, 'apply a policy')
+      : await acquireHostLockWaiting(input.state, 'apply a policy', {
+          timeoutMs: input.lockWaitMs,
+          ...(input.onLockWait === undefined ? {} : { onWait: input.onLockWait }),
+        });
   timer.add('lock', performance.now() - lockStarted);
   try {
     const current = readCurrent(input.state);

@@ -12,7 +12,7 @@ import type { Prepared } from './prepare-policy.js';
 export function applyPrepared(
   target: HostTarget,
   prepared: Prepared,
-  extra: Pick<ApplyInput, 'force' | 'confirm'> = {},
+  extra: Pick<ApplyInput, 'force' | 'confirm' | 'lockWaitMs' | 'onLockWait'> = {},
 ): Promise<ApplyReport> {
   return applyGeneration({
     ...hostContext(target, prepared.backend),

@@ -66,14 +66,24 @@ export function hostLockHolder(
 export async function acquireHostLockWaiting(
   state: StateDir,
   purpose: string,
-  options: { readonly timeoutMs: number; readonly intervalMs?: number },
+  options: {
+    readonly timeoutMs: number;
+    readonly intervalMs?: number;
+    /** Called once, when the lock is found held: what holds it, so a person knows why we wait. */
+    readonly onWait?: (message: string) => void;
+  },
 ): Promise<HostLock> {
   const deadline = Date.now() + options.timeoutMs;
+  let told = false;
   for (;;) {
     try {
       return acquireHostLock(state, purpose);
     } catch (error) {
       if (!isEgressguardError(error) || error.code !== 'lock-held') throw error;
+      if (!told) {
+        told = true;
+        options.onWait?.(error.message);
+      }
       if (Date.now() >= deadline) {
         throw new EgressguardError(
           'lock-held',

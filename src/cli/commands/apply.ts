@@ -13,8 +13,8 @@ import {
   type TargetOptions,
 } from '../target-options.js';
 
-/** Parses 90, 90s, 5m, 1h into seconds. */
-export function parseDuration(text: string): number {
+/** Parses 90, 90s, 5m, 1h into seconds (at least `minimum`: 5 s to confirm by default). */
+export function parseDuration(text: string, minimum = 5): number {
   const match = /^(\d+)(s|m|h)?$/.exec(text.trim());
   if (match === null) {
     throw new EgressguardError('usage', `Cannot parse duration "${text}"`, {
@@ -23,9 +23,9 @@ export function parseDuration(text: string): number {
   }
   const unit = { s: 1, m: 60, h: 3600 }[(match[2] ?? 's') as 's' | 'm' | 'h'];
   const seconds = Number(match[1]) * unit;
-  if (seconds < 5)
+  if (seconds < minimum)
     throw new EgressguardError('usage', `Duration "${text}" is too short`, {
-      hint: 'give yourself at least 5s to confirm',
+      hint: `give at least ${minimum}s`,
     });
   return seconds;
 }
@@ -54,6 +54,11 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         '--force',
         'apply even when live state looks unchanged (edits of set elements are not visible to the check)',
       )
+      .option(
+        '--lock-timeout <duration>',
+        'wait this long while another egressguard (a resident repair, a restore) holds the host lock; 0: fail at once',
+        '30s',
+      )
       .option('--json', 'print the result as JSON'),
   )
     .addHelpText(
@@ -68,11 +73,13 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           json?: boolean;
           confirmWithin?: string;
           force?: boolean;
+          lockTimeout: string;
         },
         command: Command,
       ) => {
         const seconds =
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
+        const lockWaitMs = parseDuration(opts.lockTimeout, 0) * 1000;
         const target = targetOf(opts);
         const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
         // The revert must act on the same target: the same backend and its options.
@@ -88,6 +95,10 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         ];
         // The confirm timer goes in with the apply: it must be set before the firewall commit.
         const report = await applyPrepared(target, prepared, {
+          lockWaitMs,
+          onLockWait: (message) => {
+            warn(`${message}; waiting up to ${opts.lockTimeout}`);
+          },
           ...(opts.force === true ? { force: true } : {}),
           ...(seconds === undefined
             ? {}

@@ -33,7 +33,7 @@ export const killPoints: Scenario = {
       if (run.signal !== 'SIGKILL') {
         ctx.finding(
           'failure',
-          `The apply was not killed at "${step}" (exit ${run.exitCode ?? '?'}, signal ${run.signal ?? 'none'}): ${run.stderr.trim().slice(0, 200)}`,
+          `The apply was not killed at "${step}" (exit ${run.exitCode ?? '?'}, signal ${run.signal ?? 'none'}): ${(run.stderr.trim() || run.stdout.trim()).slice(0, 300)}`,
         );
       }
       if (!live.present) {
