@@ -92,7 +92,18 @@ describe('prove --lab: linux-vpn-gateway', () => {
   it('agrees with all three oracles on every probe of every scenario but the reapply', () => {
     const failed = report.scenarios
       .filter((s) => s.id !== 'reapply-under-traffic')
-      .flatMap((s) => s.judgements.filter((j) => !j.passed).map((j) => `${s.id}: ${j.key}`));
+      .flatMap((s) =>
+        s.judgements
+          .filter((j) => !j.passed)
+          .map((j) => {
+            // Which oracle disagreed and what it saw: the evidence a failure on CI needs.
+            const said = j.oracles
+              .filter((o) => !o.agrees)
+              .map((o) => `${o.oracle}: ${o.detail}`)
+              .join('; ');
+            return `${s.id}/${j.phase}: ${j.key}: ${said}`;
+          }),
+      );
     expect(failed).toEqual([]);
     for (const s of report.scenarios.filter((x) => x.id !== 'reapply-under-traffic')) {
       expect({ id: s.id, status: s.status }).toEqual({ id: s.id, status: 'passed' });
