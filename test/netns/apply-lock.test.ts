@@ -1,16 +1,15 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../src/prove/index.js';
 import {
   FACTS,
   POLICY_A,
   apply,
   cli,
-  createGatewayLab,
-  createTempDir,
   holdHostLock,
   liveStamp,
   sleep,
   target,
+  useGatewayLab,
   writePolicyB,
 } from './support/vpn-gateway-lab.js';
 
@@ -19,24 +18,11 @@ import {
 // once and changes nothing. Real kernel, one lab, a state directory per case.
 
 describe('apply and the host lock', () => {
+  const { lab: current, fresh } = useGatewayLab('egtest-lock');
   let lab: Lab;
-  const dirs: ReturnType<typeof createTempDir>[] = [];
-
-  beforeAll(async () => {
-    lab = await createGatewayLab();
+  beforeAll(() => {
+    lab = current();
   });
-
-  afterAll(async () => {
-    await lab.destroy();
-    for (const dir of dirs) dir.dispose();
-  });
-
-  const fresh = async (name: string): Promise<string> => {
-    const dir = createTempDir(`egtest-lock-${name}`);
-    dirs.push(dir);
-    expect((await cli(['remove', ...target(lab, dir.path)])).exitCode).toBe(0);
-    return dir.path;
-  };
 
   it('waits while another egressguard holds the lock, says so, then applies', async () => {
     const path = await fresh('wait');

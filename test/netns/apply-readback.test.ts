@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import type { Lab } from '../../src/prove/index.js';
 import { liveSetName } from './support/live-set.js';
 import {
@@ -7,11 +7,10 @@ import {
   POLICY_A,
   apply,
   cli,
-  createGatewayLab,
-  createTempDir,
   routingListing,
   status,
   target,
+  useGatewayLab,
   writePolicyB,
 } from './support/vpn-gateway-lab.js';
 
@@ -20,24 +19,11 @@ import {
 // kernel, one lab; each case has a state directory of its own.
 
 describe('apply: read back', () => {
+  const { lab: current, fresh, tempDir } = useGatewayLab('egtest-readback');
   let lab: Lab;
-  const dirs: ReturnType<typeof createTempDir>[] = [];
-
-  beforeAll(async () => {
-    lab = await createGatewayLab();
+  beforeAll(() => {
+    lab = current();
   });
-
-  afterAll(async () => {
-    await lab.destroy();
-    for (const dir of dirs) dir.dispose();
-  });
-
-  const fresh = async (name: string): Promise<string> => {
-    const dir = createTempDir(`egtest-readback-${name}`);
-    dirs.push(dir);
-    expect((await cli(['remove', ...target(lab, dir.path)])).exitCode).toBe(0);
-    return dir.path;
-  };
 
   it('fails as PartiallyApplied when its routing does not stay, and converges once it does', async () => {
     const path = await fresh('routing');
@@ -108,9 +94,8 @@ describe('apply: read back', () => {
     expect((await plan(path)).changes).toEqual([]);
 
     // Another state directory did not apply what is live: apply would load and record it.
-    const other = createTempDir('egtest-readback-plan-other');
-    dirs.push(other);
-    expect((await plan(other.path)).changes).toEqual([
+    const other = tempDir('plan-other');
+    expect((await plan(other)).changes).toEqual([
       '~ table inet egressguard: carries this hash, but nothing is recorded as applied: apply will load it again and record it',
     ]);
   });

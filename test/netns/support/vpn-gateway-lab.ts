@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { execa } from 'execa';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { readStatus, type HostStatus } from '../../../src/apply/index.js';
 import { backendOf, createHostTarget, hostContext } from '../../../src/host/index.js';
 import {
@@ -101,6 +102,45 @@ export function createTempDir(prefix: string): { path: string; dispose(): void }
     path,
     dispose() {
       rmSync(path, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * One gateway lab for a describe block (created before its tests, destroyed after, also on
+ * failure), and `fresh(name)`: a state directory of its own for a case, with nothing of ours live.
+ */
+export function useGatewayLab(prefix: string): {
+  readonly lab: () => Lab;
+  readonly fresh: (name: string) => Promise<string>;
+  /** A state directory of its own, removed after the block; live state is left as it is. */
+  readonly tempDir: (name: string) => string;
+} {
+  let lab: Lab | undefined;
+  const dirs: ReturnType<typeof createTempDir>[] = [];
+  beforeAll(async () => {
+    lab = await createGatewayLab();
+  });
+  afterAll(async () => {
+    await lab?.destroy();
+    for (const dir of dirs) dir.dispose();
+  });
+  const current = (): Lab => {
+    if (lab === undefined) throw new Error('the gateway lab is not up (beforeAll failed)');
+    return lab;
+  };
+  const tempDir = (name: string): string => {
+    const dir = createTempDir(`${prefix}-${name}`);
+    dirs.push(dir);
+    return dir.path;
+  };
+  return {
+    lab: current,
+    tempDir,
+    fresh: async (name) => {
+      const path = tempDir(name);
+      expect((await cli(['remove', ...target(current(), path)])).exitCode).toBe(0);
+      return path;
     },
   };
 }
