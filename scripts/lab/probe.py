@@ -21,7 +21,9 @@ or none (no client for that kind).
                        "specs": [{"tag": "s1", "kind": "udp", "src": "…", "dst": "…", "dport": 9}]}'
 
 Sends one raw packet of every spec `rate` times a second until SIGTERM (or until the process
-that started it is gone: a stream never outlives its scenario, nor runs out before it), then writes
+that started it is gone: a stream never outlives its scenario, nor runs out before it). Writes the
+line "sending" once the first round is out (a slow machine can take a while to start), then at the
+end
 {"results": [{"tag", "sent", "failed", "error"}], "elapsedMs", "minPerSecond"}: minPerSecond is
 the fewest packets of one spec sent in any whole second of the run.
 """
@@ -303,6 +305,10 @@ def run_stream(request):
                 count["failed"] += 1
                 count["error"] = count["error"] or sender.describe(error)
         per_second[second] += 1
+        if seq == 0:
+            # The first round is out: the scenario starts its fault or reapplies only now.
+            sys.stdout.write('"sending"\n')
+            sys.stdout.flush()
         seq += 1
         next_round += interval
         # Behind by more than a round (a busy CPU): catch up in a burst, never skip a round.

@@ -28,6 +28,8 @@ export interface StreamResult {
 
 /** A running stream; stop() ends it and reports what it sent. */
 export interface RunningStream {
+  /** Resolves once the first packets are out (starting can take seconds on a busy machine). */
+  sending(): Promise<void>;
   stop(): Promise<StreamResult>;
 }
 
@@ -61,11 +63,33 @@ export function startStream(
     .start(['python3', labScript('probe.py'), 'stream', request], { effect: 'change' });
   const undefer = lab.defer(() => running.stop());
   const lines: string[] = [];
+  let markSending: () => void = () => undefined;
+  const sending = new Promise<boolean>((resolve) => {
+    markSending = () => {
+      resolve(true);
+    };
+  });
   const reading = (async () => {
-    for await (const line of running.lines) lines.push(line);
+    for await (const line of running.lines) {
+      if (line === '"sending"') markSending();
+      else lines.push(line);
+    }
   })();
+  // A stream that ends before it sends anything settles `sending` too; stop() then reports why.
+  const ended = reading.then(
+    () => false,
+    () => false,
+  );
   let stopping: Promise<StreamResult> | undefined;
   return {
+    async sending() {
+      if (!(await Promise.race([sending, ended]))) {
+        throw new EgressguardError(
+          'command-failed',
+          `The traffic stream of lab node "${node}" ended before it sent a packet: "${lines.join(' ').slice(0, 200)}"`,
+        );
+      }
+    },
     stop() {
       stopping ??= (async () => {
         await running.stop();

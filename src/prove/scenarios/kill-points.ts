@@ -15,9 +15,10 @@ export const killPoints: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
-    for (const [node, flows] of killSwitchFlows(ctx, { expect: 'deny' })) {
-      ctx.stream(node, flows, 50);
-    }
+    const streams = [...killSwitchFlows(ctx, { expect: 'deny' })].map(([node, flows]) =>
+      ctx.stream(node, flows, 50),
+    );
+    await Promise.all(streams.map((s) => s.sending()));
     await takeTunnelsDown(ctx);
     for (const step of [...(ctx.host.backend.prove?.killPoints ?? []), STATE_WRITE]) {
       ctx.checkAborted();

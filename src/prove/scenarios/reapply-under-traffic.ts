@@ -5,6 +5,7 @@ import type { RunningStream } from '../traffic-stream.js';
 
 // Sources no class owns (RFC 5737), for the denied flows: a spoofing workload.
 const SPOOF_CANDIDATES = ['192.0.2.99', '198.51.100.99', '203.0.113.99'];
+/** After the last reapply, traffic keeps flowing this long before the streams stop. */
 const SETTLE_MS = 300;
 /** The must-show floor: nonce'd packets per second per protocol and class. */
 export const MIN_RATE = 100;
@@ -26,7 +27,8 @@ export const reapplyUnderTraffic: Scenario = {
     for (const [node, flows] of flowsOf(ctx.probes, ctx)) {
       streams.push(ctx.stream(node, flows, ctx.rate));
     }
-    await sleep(SETTLE_MS);
+    // The reapplies start once every stream sends, however long starting takes here.
+    await Promise.all(streams.map((s) => s.sending()));
     const durations: number[] = [];
     const steps = new Map<string, number[]>();
     let changed = 0;

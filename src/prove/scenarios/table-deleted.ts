@@ -13,7 +13,7 @@ export const tableDeleted: Scenario = {
   async run(ctx) {
     const prove = ctx.host.backend.prove;
     if (prove === undefined) return;
-    streamConfinedTraffic(ctx);
+    await streamConfinedTraffic(ctx);
     await prove.removeLayer(
       { runner: ctx.host.runner, options: ctx.host.options },
       ctx.host.backend.layer,

@@ -117,11 +117,15 @@ export async function recordRecovery(ctx: ScenarioContext, metric: string): Prom
   }
 }
 
-/** Streams class traffic that must stay in the tunnel (or be dropped) for the whole scenario. */
-export function streamConfinedTraffic(ctx: ScenarioContext): void {
-  for (const [node, flows] of killSwitchFlows(ctx, { expect: 'confined' })) {
-    ctx.stream(node, flows, 50);
-  }
+/**
+ * Streams class traffic that must stay in the tunnel (or be dropped) for the whole scenario;
+ * resolves once every stream sends, so the fault that follows happens under traffic.
+ */
+export async function streamConfinedTraffic(ctx: ScenarioContext): Promise<void> {
+  const streams = [...killSwitchFlows(ctx, { expect: 'confined' })].map(([node, flows]) =>
+    ctx.stream(node, flows, 50),
+  );
+  await Promise.all(streams.map((s) => s.sending()));
 }
 
 /** Waits for the resident to re-converge, then measures the tunnel classes again. */
@@ -142,7 +146,7 @@ export async function runTunnelFault(
   ctx: ScenarioContext,
   fault: { readonly name: string; inflict(): Promise<void> },
 ): Promise<void> {
-  streamConfinedTraffic(ctx);
+  await streamConfinedTraffic(ctx);
   await fault.inflict();
   await ctx.measure({ name: fault.name, state: 'down' });
   await ctx.restores.unwind();

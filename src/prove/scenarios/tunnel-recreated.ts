@@ -18,7 +18,7 @@ export const tunnelRecreated: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
-    streamConfinedTraffic(ctx);
+    await streamConfinedTraffic(ctx);
     registerTunnelRestore(ctx);
     for (const tunnel of ctx.plan.tunnels) {
       const ref = tunnelRef(ctx, tunnel);
