@@ -25,7 +25,7 @@ describe('pf LaunchDaemons', () => {
   });
 
   it('renders only the boot restore without a policy', () => {
-    const { policy: _policy, ...withoutPolicy } = input;
+    const withoutPolicy = { node: input.node, bin: input.bin, stateDir: input.stateDir };
     expect(pfUnits.render(withoutPolicy).map((u) => u.name)).toEqual([
       'dev.egressguard.restore.plist',
     ]);
