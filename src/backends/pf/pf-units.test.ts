@@ -22,6 +22,7 @@ describe('pf LaunchDaemons', () => {
     expect(restore).toMatch(/<key>RunAtLoad<\/key>\s*<true\/>/);
     expect(reconverge).toMatch(/<key>StartInterval<\/key>\s*<integer>60<\/integer>/);
     expect(reconverge).toContain('<string>/etc/egressguard/policy.yaml</string>');
+    expect(reconverge).toContain('<string>/etc/egressguard/facts.json</string>');
   });
 
   it('renders only the boot restore without a policy', () => {

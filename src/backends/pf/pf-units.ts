@@ -1,3 +1,4 @@
+import { dirname, join } from 'node:path';
 import type { Artifact, UnitsSupport } from '../backend.js';
 import {
   createReconvergeDaemon,
@@ -14,6 +15,7 @@ const RECONVERGE_LABEL = 'dev.egressguard.reconverge';
  * last applied anchor (or the lockdown) before anything else re-arms pf; with a policy, a daemon
  * that applies it at load and every minute, so a flush, a reboot or a renumbered uplink is
  * re-converged, and a failure is recorded in the state directory where `status` reports it.
+ * The facts file sits beside the policy (`facts.json`).
  */
 export const pfUnits: UnitsSupport = {
   description: 'LaunchDaemons (restore at boot, re-converge every minute)',
@@ -39,6 +41,9 @@ export const pfUnits: UnitsSupport = {
             ...base,
             'apply',
             input.policy,
+            // Facts are not gathered on macOS yet: they are read from beside the policy.
+            '--facts',
+            join(dirname(input.policy), 'facts.json'),
             '--state-dir',
             input.stateDir,
             '--lock-timeout',
