@@ -148,6 +148,21 @@ describe('the cilium compiler', () => {
     );
   });
 
+  it("refuses a tunnel class when the gateway node has no policy routing for the tunnel's address", () => {
+    const start = POLICY.indexOf('  gateway-node:');
+    const end = POLICY.indexOf('requirements:');
+    const text = `${POLICY.slice(0, start)}\n${POLICY.slice(end)}`.replace(
+      / {6}- \{ from: 10\.200[^\n]*\n/g,
+      '',
+    );
+    const { code, message, hint } = refusal(() => compile(text));
+    expect(code).toBe('unsupported');
+    expect(message).toBe(
+      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node has no policy routing for tunnel "tun0" (Cilium\'s `interface` picks the SNAT address; the node\'s routing picks the device, so its packets would leave by the uplink)',
+    );
+    expect(hint).toContain('origin: host');
+  });
+
   it('refuses a rule Cilium cannot express, naming it', () => {
     const gre = POLICY.replace('proto: tcp, ports: [25]', 'proto: gre');
     expect(refusal(() => compile(gre)).message).toBe(

@@ -121,7 +121,7 @@ function compileClass(
   };
   const out: CiliumManifest[] = [];
   if (cls.via.kind === 'tunnel') {
-    out.push(egressGatewayPolicy(cls, metadata, context.version));
+    out.push(egressGatewayPolicy(ir, cls, metadata, context.version));
   }
   out.push(networkPolicy(cls, metadata));
   return out;
@@ -135,6 +135,7 @@ function podLabels(cls: HostPodClassIR): Record<string, string> {
 }
 
 function egressGatewayPolicy(
+  ir: HostIR,
   cls: HostPodClassIR,
   metadata: ObjectMeta,
   version: string,
@@ -149,6 +150,23 @@ function egressGatewayPolicy(
       'unsupported',
       `Cannot compile Kubernetes class "${cls.name}" for Cilium: it leaves by tunnel "${via.interface}" without a kill switch, and Cilium's egress gateway is no kill switch by itself (after the tunnel goes down it keeps the cached egress IP and can leave by another device)`,
       { hint: 'add "killSwitch: {}" (with the LAN and the cluster under "except")' },
+    );
+  }
+  if (
+    !ir.classes.some(
+      (c) =>
+        c.selector.kind === 'host' && c.via.kind === 'tunnel' && c.via.interface === via.interface,
+    )
+  ) {
+    // NOTES, "interface selects the SNAT address, not the egress device": the gateway routes by
+    // `ip route get <dst> from <egress IP>`, so without a rule for the tunnel's address the
+    // steered packets leave by the default route, source-NATed to the tunnel address.
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node has no policy routing for tunnel "${via.interface}" (Cilium's \`interface\` picks the SNAT address; the node's routing picks the device, so its packets would leave by the uplink)`,
+      {
+        hint: `add a host class for the gateway node: origin: host, sources: [the address of ${via.interface}], via: ${via.interface}, with a kill switch`,
+      },
     );
   }
   const parsed = parseCiliumVersion(version);
