@@ -2,6 +2,7 @@ import { EgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import type { CommandClassifier } from '../runner/index.js';
 import type { Backend, BackendOption } from './backend.js';
+import { ciliumBackend } from './cilium/index.js';
 import { nftablesBackend } from './nftables/index.js';
 import { pfBackend } from './pf/index.js';
 
@@ -69,4 +70,5 @@ export class BackendRegistry {
 /** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
 export const registry = new BackendRegistry()
   .register(nftablesBackend, { defaultFor: 'linux' })
-  .register(pfBackend, { defaultFor: 'darwin' });
+  .register(pfBackend, { defaultFor: 'darwin' })
+  .register(ciliumBackend);

@@ -1,0 +1,1 @@
+export { ciliumBackend } from './cilium-backend.js';
