@@ -1,0 +1,1 @@
+export { ciliumClusterSupport } from './cluster-support.js';
