@@ -1,7 +1,7 @@
 import { EgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import type { CommandClassifier } from '../runner/index.js';
-import type { Backend, BackendOption } from './backend.js';
+import type { Backend, BackendOption, ClusterSupport } from './backend.js';
 import { ciliumBackend } from './cilium/index.js';
 import { nftablesBackend } from './nftables/index.js';
 import { pfBackend } from './pf/index.js';
@@ -46,6 +46,17 @@ export class BackendRegistry {
 
   all(): Backend[] {
     return [...this.backends.values()];
+  }
+
+  /** The cluster side of a node (`run --k8s`, `doctor --k8s`), from the backend that has one. */
+  cluster(): ClusterSupport {
+    const support = this.all().find((b) => b.cluster !== undefined)?.cluster;
+    if (support === undefined) {
+      throw new EgressguardError('unsupported', 'No backend of this build works with a cluster', {
+        hint: `the backends are: ${this.names().join(', ')}`,
+      });
+    }
+    return support;
   }
 
   /** How each backend's own tools read or change state, for the root-namespace guard. */

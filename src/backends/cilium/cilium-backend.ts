@@ -1,3 +1,4 @@
+import { ciliumClusterSupport } from './cluster-support.js';
 import { EgressguardError } from '../../core/index.js';
 import type { Applier, Backend, Inspector } from '../backend.js';
 import { createCiliumCompiler, MANIFESTS_ARTIFACT } from './cilium-compiler.js';
@@ -21,6 +22,8 @@ function notHere(what: string): EgressguardError {
 export const ciliumBackend: Backend = {
   name: 'cilium',
   layer: 'cilium',
+  // The cluster side of a gateway node: `run --k8s` and `doctor --k8s` (cluster-support.ts).
+  cluster: ciliumClusterSupport,
   capabilities: {
     supportsSteering: true,
     supportsKillSwitch: true,
