@@ -30,7 +30,6 @@ export function renderAgentUnit(
       content: [
         '[Unit]',
         'Description=egressguard fleet agent: apply the controller’s policy to this host, report, repair drift',
-        'Documentation=man:nft(8) man:ip-rule(8)',
         // The rules stay in the kernel while the agent is down; the restore unit loads them at boot.
         'After=network-online.target egressguard-restore.service',
         'Wants=network-online.target',

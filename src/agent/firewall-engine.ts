@@ -32,7 +32,7 @@ export interface FirewallEngineOptions {
  * bound to them and compiled by this host's own backend, applied through the safe-apply contract
  * (host lock, atomic load, read-back), live state read back by the backend's inspector. It writes
  * only what the agent itself owns: a bundle whose options would move the backend's scope (another
- * nftables table, another pf anchor) is refused, whatever the controller says.
+ * table or anchor than the agent's own) is refused, whatever the controller says.
  */
 export function createFirewallEngine(
   options: FirewallEngineOptions,
