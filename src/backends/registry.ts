@@ -3,6 +3,7 @@ import type { HostFacts } from '../facts/index.js';
 import type { CommandClassifier } from '../runner/index.js';
 import type { Backend, BackendOption } from './backend.js';
 import { nftablesBackend } from './nftables/index.js';
+import { pfBackend } from './pf/index.js';
 
 /** The backends a build knows, by name, and which one enforces on each OS. */
 export class BackendRegistry {
@@ -66,4 +67,6 @@ export class BackendRegistry {
 }
 
 /** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
-export const registry = new BackendRegistry().register(nftablesBackend, { defaultFor: 'linux' });
+export const registry = new BackendRegistry()
+  .register(nftablesBackend, { defaultFor: 'linux' })
+  .register(pfBackend, { defaultFor: 'darwin' });
