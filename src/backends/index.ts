@@ -27,6 +27,8 @@ export type {
   Observed,
   PlanResult,
   ProveSupport,
+  SelftestCheck,
+  SelftestSupport,
   TestPacket,
   UnitsSupport,
   Watcher,

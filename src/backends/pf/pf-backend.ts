@@ -4,6 +4,7 @@ import { ANCHOR_ARTIFACT, createPfCompiler } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
 import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
 import { classifyPfctlCommand, createPfctl } from './pfctl-command.js';
+import { createPfSelftest } from './pf-selftest.js';
 import { pfUnits } from './pf-units.js';
 
 /**
@@ -41,4 +42,5 @@ export const pfBackend: Backend = {
     return createPfInspector(createPfctl(context.runner, options), options);
   },
   units: pfUnits,
+  selftest: createPfSelftest(),
 };
