@@ -37,6 +37,7 @@ export interface Backend {
   readonly drops?: DropsSupport;
   readonly units?: UnitsSupport;
   readonly prove?: ProveSupport;
+  readonly selftest?: SelftestSupport;
   /** Present when the backend keeps state on a cluster from one of its nodes (`run --k8s`). */
   readonly cluster?: ClusterSupport;
 }
@@ -353,6 +354,24 @@ export interface ProveSupport {
     layer: string,
     artifacts: readonly Artifact[],
   ): Promise<void>;
+}
+
+/** One check of a self-test, and the model assumption it confirms when it passes. */
+export interface SelftestCheck {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail: string;
+  /** The assumption of the backend's model this check confirms on the real tool, if any. */
+  readonly assumption: string | null;
+}
+
+/**
+ * `selftest`: the backend's own checks against the real enforcer of this machine, for backends
+ * tested here only against a model (pf): which of the model's assumptions hold.
+ */
+export interface SelftestSupport {
+  readonly description: string;
+  run(context: BackendContext): Promise<readonly SelftestCheck[]>;
 }
 
 /**
