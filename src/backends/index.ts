@@ -27,6 +27,7 @@ export type {
   Observed,
   PlanResult,
   ProveSupport,
+  SuiteSupport,
   TestPacket,
   UnitsSupport,
   Watcher,

@@ -1,5 +1,6 @@
 import { EgressguardError } from '../../core/index.js';
 import type { Applier, Backend, Inspector } from '../backend.js';
+import { CHAINSAW_OPTIONS, emitChainsawFromPolicy } from './chainsaw-from-policy.js';
 import { createCiliumCompiler, MANIFESTS_ARTIFACT } from './cilium-compiler.js';
 import { DEFAULT_CILIUM_VERSION, SUPPORTED_CILIUM_VERSIONS } from './cilium-version.js';
 
@@ -44,6 +45,11 @@ export const ciliumBackend: Backend = {
     return 'CiliumEgressGatewayPolicy and Cilium network policies labelled app.kubernetes.io/managed-by=egressguard';
   },
   createCompiler: createCiliumCompiler,
+  suites: {
+    formats: ['chainsaw'],
+    options: CHAINSAW_OPTIONS,
+    emit: (input) => emitChainsawFromPolicy(input),
+  },
   createApplier(): Applier {
     throw notHere('apply');
   },
