@@ -111,6 +111,8 @@ export interface Capabilities {
   readonly runsHere: boolean;
   /** Enforces Kubernetes classes (pods); `explain` names its layer for them. */
   readonly supportsPodClasses?: boolean;
+  /** What `explain` says of a pod packet about where it is enforced, when supportsPodClasses. */
+  readonly podLayerNotes?: readonly string[];
 }
 
 export interface BackendContext {

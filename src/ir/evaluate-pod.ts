@@ -43,6 +43,12 @@ export function evaluatePodPacket(
     layers: LAYERS_POD,
     notes: [...extra, ...notes],
   });
+  if (cls.killSwitch !== null) {
+    const { key, value } = cls.killSwitch.nodeLabel;
+    notes.push(
+      `Kill switch "${cls.killSwitch.id}": the gateway node carries label ${key}=${value} only while its tunnel is up; with no node carrying it, the egress gateway matches no node and drops the class's traffic instead of letting it leave by another device`,
+    );
+  }
   let steered = false;
   if (cls.via.kind === 'tunnel') {
     const tunnel = cls.via.interface;

@@ -31,6 +31,10 @@ export const ciliumBackend: Backend = {
     supportsRuleCounters: false,
     runsHere: false,
     supportsPodClasses: true,
+    // shared/reference/cilium/NOTES.md, "eBPF host routing / EGW and node netfilter".
+    podLayerNotes: [
+      "Node nftables does not see this traffic: Cilium's eBPF host routing redirects pod packets past netfilter, on the pod's node and on the egress gateway (a property of the Cilium version and its Host Routing mode: `cilium status` shows \"Host Routing: BPF\"; with bpf.hostLegacyRouting=true it would pass netfilter). The gateway node's nftables table covers only what the node itself sends",
+    ],
   },
   options: [
     {
