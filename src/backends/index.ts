@@ -33,6 +33,7 @@ export type {
   ProveSupport,
   SelftestCheck,
   SelftestSupport,
+  SuiteSupport,
   TestPacket,
   UnitsSupport,
   Watcher,
