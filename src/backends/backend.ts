@@ -378,6 +378,8 @@ export interface ClusterDuty {
   /** Stable id (the class it is for). */
   readonly id: string;
   readonly tunnel: string;
+  /** The node label kept while the tunnel is up (the IR's pod kill switch names it). */
+  readonly nodeLabel: { readonly key: string; readonly value: string };
   /** What is kept, in words (`node label egressguard.dev/gateway-vpn=up`). */
   readonly what: string;
 }

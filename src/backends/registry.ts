@@ -4,6 +4,7 @@ import type { CommandClassifier } from '../runner/index.js';
 import type { Backend, BackendOption, ClusterSupport } from './backend.js';
 import { ciliumClusterSupport } from './cilium/index.js';
 import { nftablesBackend } from './nftables/index.js';
+import { pfBackend } from './pf/index.js';
 
 /** The backends a build knows, by name, and which one enforces on each OS. */
 export class BackendRegistry {
@@ -78,9 +79,8 @@ export class BackendRegistry {
 }
 
 /** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
-export const registry = new BackendRegistry().register(
+export const registry = new BackendRegistry()
   // The cluster side of a gateway node is the Cilium backend's (src/backends/cilium); until that
   // backend is registered here with its compiler, the Linux host's backend carries it.
-  { ...nftablesBackend, cluster: ciliumClusterSupport },
-  { defaultFor: 'linux' },
-);
+  .register({ ...nftablesBackend, cluster: ciliumClusterSupport }, { defaultFor: 'linux' })
+  .register(pfBackend, { defaultFor: 'darwin' });

@@ -57,6 +57,10 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     localPrefixes: AddressSet.fromPrefixes(localPrefixes),
     reassembly: ir.reassembly,
     classes,
+    podClasses: ir.podClasses.map((c) => ({
+      ...c,
+      via: bindVia(c.via, { uplink, tunnels }),
+    })),
   });
 }
 
@@ -76,19 +80,11 @@ function bindClass(
       );
     }
   }
-  const { via } = c;
-  let bound: BoundViaIR;
-  if (via.kind === 'tunnel') {
-    const families = host.tunnels.find((t) => t.name === via.interface)?.families ?? [4, 6];
-    bound = { kind: 'tunnel', interface: via.interface, families };
-  } else {
-    bound = { kind: 'uplink', interface: host.uplink };
-  }
   return {
     kind: 'class',
     name: c.name,
     selector: c.selector,
-    via: bound,
+    via: bindVia(c.via, host),
     housekeeping: c.housekeeping,
     antiSpoofing: c.antiSpoofing,
     ipv6Block: c.ipv6Block,
@@ -98,6 +94,17 @@ function bindClass(
     rules: c.rules,
     defaultRule: c.defaultRule,
   };
+}
+
+function bindVia(
+  via: ClassIR['via'],
+  host: { uplink: string; tunnels: readonly TunnelIR[] },
+): BoundViaIR {
+  if (via.kind === 'tunnel') {
+    const families = host.tunnels.find((t) => t.name === via.interface)?.families ?? [4, 6];
+    return { kind: 'tunnel', interface: via.interface, families };
+  }
+  return { kind: 'uplink', interface: host.uplink };
 }
 
 /** Whether a class applies on this host: every label it asks for is in the host's facts. */

@@ -1,6 +1,7 @@
 import { parseAddress } from '../core/index.js';
-import type { Probe, Protocol, Requirement } from '../policy/index.js';
+import type { PodProbe, Probe, Protocol, Requirement } from '../policy/index.js';
 import { evaluatePacket, type Explanation, type HostView, type Packet } from './evaluate.js';
+import { evaluatePodPacket } from './evaluate-pod.js';
 import type { HostIR } from './nodes.js';
 
 export interface ProbeResult {
@@ -79,4 +80,51 @@ export function toPacket(input: {
     protocol: input.protocol ?? 'tcp',
     port: input.port,
   };
+}
+
+export interface PodProbeResult {
+  readonly requirement: string;
+  readonly probe: PodProbe;
+  readonly explanation: Explanation;
+  readonly mismatches: readonly string[];
+}
+
+/** Runs each requirement's pod probes through the pod evaluator: the L1 proof of Kubernetes classes. */
+export function evaluatePodProbes(
+  ir: HostIR,
+  host: HostView,
+  requirements: readonly Requirement[],
+): PodProbeResult[] {
+  return requirements.flatMap((requirement) =>
+    requirement.podProbes.map((probe) => {
+      const destination = parseAddress(probe.to);
+      if (destination === undefined) throw new Error(`Cannot make a packet to "${probe.to}"`);
+      const explanation = evaluatePodPacket(ir, host, {
+        podClass: probe.pod,
+        packet: {
+          family: destination.family,
+          destination: destination.value,
+          protocol: probe.proto,
+          port: probe.port,
+        },
+        state: { tunnel: probe.tunnel },
+      });
+      const mismatches: string[] = [];
+      if (explanation.verdict !== probe.expect) {
+        mismatches.push(
+          `expected ${probe.expect}, the policy gives ${explanation.verdict} (decided by ${explanation.decidedBy.kind}${explanation.decidedBy.id === null ? '' : ` "${explanation.decidedBy.id}"`})`,
+        );
+      }
+      if (
+        probe.via !== undefined &&
+        explanation.verdict === 'allow' &&
+        explanation.via !== probe.via
+      ) {
+        mismatches.push(
+          `expected to leave by "${probe.via}", leaves by ${explanation.via === null ? "the pod's own node" : `"${explanation.via}"`}`,
+        );
+      }
+      return { requirement: requirement.id, probe, explanation, mismatches };
+    }),
+  );
 }

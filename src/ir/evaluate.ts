@@ -57,8 +57,11 @@ export type Decision =
   | { readonly kind: 'reassembly'; readonly id: string }
   | { readonly kind: 'unmanaged'; readonly id: null };
 
-/** Where enforcement happens: policy routing, or the firewall the host's backend compiles to. */
-export type Layer = 'routing' | 'filter';
+/**
+ * Where enforcement happens: policy routing, the firewall the host's backend compiles to, or the
+ * pod network of a Kubernetes class (the backend that supports pod classes names it).
+ */
+export type Layer = 'routing' | 'filter' | 'pod-network';
 
 export interface Explanation {
   readonly class: string | null;

@@ -7,6 +7,10 @@ export {
   type DefaultIR,
   type HostClassIR,
   type HostIR,
+  type HostPodClassIR,
+  type PodClassIR,
+  type PodKillSwitchIR,
+  type PodSelectorIR,
   type HousekeepingIR,
   type Ipv6BlockIR,
   type KillSwitchIR,
@@ -43,4 +47,12 @@ export {
   irDigest,
   type HashInput,
 } from './host-config-hash.js';
-export { evaluateProbes, toPacket, type ProbeResult } from './evaluate-probes.js';
+export {
+  evaluatePodProbes,
+  evaluateProbes,
+  toPacket,
+  type PodProbeResult,
+  type ProbeResult,
+} from './evaluate-probes.js';
+export { gatewayLabel } from './gateway-label.js';
+export { evaluatePodPacket, findPodClass, type PodPacket } from './evaluate-pod.js';

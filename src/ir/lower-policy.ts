@@ -1,5 +1,6 @@
-import type { Policy, PolicyClass } from '../policy/index.js';
-import type { ClassIR, PolicyIR } from './nodes.js';
+import type { PodClass, Policy, PolicyClass, PolicyRule } from '../policy/index.js';
+import { gatewayLabel } from './gateway-label.js';
+import type { ClassIR, PodClassIR, PolicyIR, RuleIR } from './nodes.js';
 import { deepFreeze } from './deep-freeze.js';
 
 /** The id of the host-wide reassembly node; "/" keeps it apart from every policy rule id. */
@@ -20,6 +21,7 @@ export function lowerPolicy(policy: Policy): PolicyIR {
     tunnels: [...policy.tunnels],
     reassembly: { kind: 'reassembly', id: REASSEMBLY_ID },
     classes: policy.classes.map(lowerClass),
+    podClasses: policy.podClasses.map(lowerPodClass),
   });
 }
 
@@ -52,12 +54,36 @@ function lowerClass(c: PolicyClass): ClassIR {
         : { kind: 'kill-switch', id: id('kill-switch'), except: c.killSwitch.except },
     mssClamp: c.mssClamp === null ? null : { kind: 'mss-clamp', size: c.mssClamp },
     nat: c.nat ? { kind: 'masquerade' } : null,
-    rules: c.rules.map((r) => ({
-      kind: 'rule',
-      id: r.id,
-      action: r.action,
-      match: { destination: r.destination, protocols: r.protocols, ports: r.ports },
-    })),
+    rules: c.rules.map(lowerRule),
     defaultRule: { kind: 'default', id: id('default'), action: c.defaultAction },
+  };
+}
+
+function lowerRule(r: PolicyRule): RuleIR {
+  return {
+    kind: 'rule',
+    id: r.id,
+    action: r.action,
+    match: { destination: r.destination, protocols: r.protocols, ports: r.ports },
+  };
+}
+
+function lowerPodClass(c: PodClass): PodClassIR {
+  return {
+    kind: 'pod-class',
+    name: c.name,
+    selector: { kind: 'pods', namespace: c.namespace, labels: { ...c.labels } },
+    via: c.via.kind === 'tunnel' ? { kind: 'tunnel', interface: c.via.name } : { kind: 'uplink' },
+    killSwitch:
+      c.killSwitch === null
+        ? null
+        : {
+            kind: 'pod-kill-switch',
+            id: `${c.name}/kill-switch`,
+            except: c.killSwitch.except,
+            nodeLabel: gatewayLabel(c.name),
+          },
+    rules: c.rules.map(lowerRule),
+    defaultRule: { kind: 'default', id: `${c.name}/default`, action: c.defaultAction },
   };
 }

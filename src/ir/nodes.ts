@@ -18,6 +18,7 @@ export interface PolicyIR {
   readonly tunnels: readonly string[];
   readonly reassembly: ReassemblyIR;
   readonly classes: readonly ClassIR[];
+  readonly podClasses: readonly PodClassIR[];
 }
 
 /** The policy's uplink: the main table's default-route interface on each host, or a name. */
@@ -123,6 +124,47 @@ export interface ClassIR {
   readonly defaultRule: DefaultIR;
 }
 
+/**
+ * The pods of a Kubernetes class: the pod network's identity labels, not
+ * addresses. Null namespace: pods
+ * of every namespace.
+ */
+export interface PodSelectorIR {
+  readonly kind: 'pods';
+  readonly namespace: string | null;
+  readonly labels: Readonly<Record<string, string>>;
+}
+
+/**
+ * The kill switch of a Kubernetes class. The egress gateway is not one by itself: it keeps
+ * a cached egress IP after the tunnel goes down. What fails closed is a gateway nodeSelector no
+ * node matches (DROP_NO_EGRESS_GATEWAY), so the gateway node carries `nodeLabel` only while its
+ * tunnel is up (the backend's reference notes, "No matching gateway node → drop").
+ */
+export interface PodKillSwitchIR {
+  readonly kind: 'pod-kill-switch';
+  readonly id: string;
+  /** Destinations that leave from the pod's own node, outside the tunnel (excludedCIDRs). */
+  readonly except: AddressSet;
+  readonly nodeLabel: { readonly key: string; readonly value: string };
+}
+
+/** A Kubernetes class: enforced by the pod network (network policy, egress gateway), never by a node's firewall. */
+export interface PodClassIR {
+  readonly kind: 'pod-class';
+  readonly name: string;
+  readonly selector: PodSelectorIR;
+  readonly via: ViaIR;
+  readonly killSwitch: PodKillSwitchIR | null;
+  readonly rules: readonly RuleIR[];
+  readonly defaultRule: DefaultIR;
+}
+
+/** A pod class as the gateway node binds it: what its tunnel carries there. */
+export interface HostPodClassIR extends Omit<PodClassIR, 'via'> {
+  readonly via: BoundViaIR;
+}
+
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
   readonly kind: 'tunnel';
@@ -154,6 +196,8 @@ export interface HostIR {
   readonly reassembly: ReassemblyIR;
   /** The classes this host carries (its labels match), in policy order. */
   readonly classes: readonly HostClassIR[];
+  /** Kubernetes classes, bound to this host as their gateway node (its tunnels' families). */
+  readonly podClasses: readonly HostPodClassIR[];
 }
 
 export function assertNever(value: never, what = 'node'): never {

@@ -11,6 +11,8 @@ export type {
   Destination,
   Policy,
   PolicyClass,
+  PodClass,
+  PodProbe,
   PolicyRule,
   PortRange,
   Probe,

@@ -32,6 +32,13 @@ export const ISSUE_CODES = {
   'ipv6-block-with-ipv6-sources': 'error',
   'kill-switch-covers-everything': 'error',
   'ingress-on-exit': 'error',
+  'host-field-in-pod-class': 'error',
+  'empty-pod-selector': 'error',
+  'invalid-label': 'error',
+  'pod-selector-overlap': 'error',
+  'self-in-pod-class': 'error',
+  'unknown-pod-class': 'error',
+  'probe-source': 'error',
   // warnings
   'shadowed-rule': 'warning',
   'unreachable-family': 'warning',

@@ -13,6 +13,8 @@ import { formatPath, hasErrors, type IssueCode, type PolicyIssue } from './issue
 import { findInterfaceNameProblem, matchesInterface } from './interface-name.js';
 import { IssueCollector, type Path } from './locator.js';
 import type {
+  PodClass,
+  PodProbe,
   Destination,
   Policy,
   PolicyClass,
@@ -27,6 +29,7 @@ import {
   NAME_PATTERN,
   policySchema,
   type ClassDefinition,
+  type PodSelectorDefinition,
   type ProbeDefinition,
   type ProtocolSpec,
 } from './schema.js';
@@ -193,9 +196,14 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
   }
 
   const ruleIds = new Map<string, string>();
-  const classes = parts.classes.map((part) =>
-    resolveClass(part, { collector, networks, tunnels, uplink, ruleIds }),
-  );
+  const ctx: ClassContext = { collector, networks, tunnels, uplink, ruleIds };
+  const classes: PolicyClass[] = [];
+  const podClasses: PodClass[] = [];
+  for (const part of parts.classes) {
+    if (part.definition.pods === undefined) classes.push(resolveClass(part, ctx));
+    else podClasses.push(resolvePodClass(part, part.definition.pods, ctx));
+  }
+  checkPodSelectorOverlaps(podClasses, collector);
   checkSourceOverlaps(classes, collector);
   checkIngressOverlaps(classes, collector);
 
@@ -211,17 +219,35 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
       );
     }
     requirementIds.add(definition.id);
+    const podProbes: PodProbe[] = [];
+    const hostProbes = probes.filter(({ index: j, value }) => {
+      const probePath: Path = [...path, 'probes', j];
+      const podProbe = resolvePodProbe(value, {
+        path: probePath,
+        index: j,
+        id: `${definition.id}#${j + 1}`,
+        collector,
+        podClasses: parts.classes.filter((c) => c.definition.pods !== undefined).map((c) => c.name),
+      });
+      if (podProbe === 'host') return true;
+      if (podProbe !== undefined) podProbes.push(podProbe);
+      return false;
+    });
     return {
       id: definition.id,
       statement: definition.statement,
       safetyCritical: definition.safetyCritical,
-      probes: probes.map(({ index: j, value }) => {
+      podProbes,
+      probes: hostProbes.map(({ index: j, value }) => {
         const probePath: Path = [...path, 'probes', j];
-        const probe = resolveProbe(value, {
-          path: probePath,
-          id: `${definition.id}#${j + 1}`,
-          collector,
-        });
+        const probe = resolveProbe(
+          { ...value, from: value.from ?? '' },
+          {
+            path: probePath,
+            id: `${definition.id}#${j + 1}`,
+            collector,
+          },
+        );
         const previous = probeIds.get(probe.id);
         const explicit = value.id !== undefined;
         if (previous === undefined) {
@@ -245,6 +271,7 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
     uplink,
     tunnels,
     classes,
+    podClasses,
     requirements,
   };
 }
@@ -307,8 +334,63 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       );
     }
   });
-  const sources = ctx.networks.resolveEntries(def.sources, [...path, 'sources']);
+  if (def.sources === undefined) {
+    collector.atKey(
+      path,
+      'missing-field',
+      `Missing required field "sources" in "classes.${name}": add it (source prefixes of the class, both families), or select Kubernetes pods with "pods"`,
+    );
+  }
+  const sources = ctx.networks.resolveEntries(def.sources ?? [], [...path, 'sources']);
 
+  const { via, killSwitch } = resolveExit(name, def, { path, ctx, sources });
+
+  const resolved = resolveClassRules(part, path, ctx);
+  const rules = resolved.map((r) => r.rule);
+  const ipv6 = def.ipv6 ?? 'block';
+  if (def.ipv6 === 'block' && sources.has(6)) {
+    collector.at(
+      [...path, 'ipv6'],
+      'ipv6-block-with-ipv6-sources',
+      `Class "${name}" says "ipv6: block" but lists IPv6 sources (${sources.only(6).describe(3)}): "block" only applies to a class without IPv6 prefixes, so its IPv6 would pass; remove the IPv6 sources to block its IPv6, or remove "ipv6: block"`,
+    );
+  }
+  checkFamilies(name, resolved, { def, sources, ipv6, path, collector });
+  if (via.kind === 'tunnel' && ipv6 === 'allow' && !sources.isEmpty() && !sources.has(6)) {
+    // Steering is an `ip rule from <source>`: with no IPv6 prefix no rule selects the class's
+    // IPv6, which then takes the main table (or dies in the kill switch), not the tunnel.
+    collector.at(
+      [...path, 'ipv6'],
+      'unsteerable-ipv6',
+      `Class "${name}" leaves by tunnel "${via.name}" and lets its IPv6 through ("ipv6: allow"), but has no IPv6 source prefix: tunnel steering selects a class's packets by source, so its IPv6 would never reach the tunnel; add the class's IPv6 prefixes to sources, or leave ipv6 blocked`,
+    );
+  }
+  checkShadowedRules(resolved, path, collector);
+
+  return {
+    name,
+    origin: def.origin,
+    ingress,
+    sources,
+    ipv6,
+    labels: def.hosts?.labels ?? {},
+    via,
+    killSwitch,
+    rules,
+    defaultAction: def.default,
+    nat: def.nat === 'masquerade',
+    mssClamp: def.mssClamp ?? null,
+  };
+}
+
+/** `via` and the kill switch of a class, host or pod (sources null: a pod class, both families). */
+function resolveExit(
+  name: string,
+  def: Pick<ClassDefinition, 'via' | 'killSwitch'>,
+  where: { path: Path; ctx: ClassContext; sources: AddressSet | null },
+): { via: PolicyClass['via']; killSwitch: PolicyClass['killSwitch'] } {
+  const { path, ctx, sources } = where;
+  const { collector } = ctx;
   let via: PolicyClass['via'] = { kind: 'uplink' };
   if (def.via !== 'uplink') {
     if (ctx.tunnels.includes(def.via)) {
@@ -352,7 +434,7 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       exceptNames: def.killSwitch.except,
     };
     for (const f of [4, 6] as const) {
-      if (!sources.has(f) || !coversFamily(killSwitch.except, f)) continue;
+      if ((sources !== null && !sources.has(f)) || !coversFamily(killSwitch.except, f)) continue;
       collector.at(
         [...ksPath, 'except'],
         'kill-switch-covers-everything',
@@ -367,6 +449,16 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
     );
   }
 
+  return { via, killSwitch };
+}
+
+function resolveClassRules(
+  part: ClassPart,
+  path: Path,
+  ctx: ClassContext,
+): { index: number; rule: PolicyRule }[] {
+  const { collector } = ctx;
+  const { name } = part;
   const resolved = part.rules.map(({ index, value }) => ({
     index,
     rule: resolveRule(value, [...path, 'rules', index], ctx),
@@ -391,25 +483,14 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       ctx.ruleIds.set(rule.id, `class "${name}"`);
     }
   }
-  const rules = resolved.map((r) => r.rule);
-  const ipv6 = def.ipv6 ?? 'block';
-  if (def.ipv6 === 'block' && sources.has(6)) {
-    collector.at(
-      [...path, 'ipv6'],
-      'ipv6-block-with-ipv6-sources',
-      `Class "${name}" says "ipv6: block" but lists IPv6 sources (${sources.only(6).describe(3)}): "block" only applies to a class without IPv6 prefixes, so its IPv6 would pass; remove the IPv6 sources to block its IPv6, or remove "ipv6: block"`,
-    );
-  }
-  checkFamilies(name, resolved, { def, sources, ipv6, path, collector });
-  if (via.kind === 'tunnel' && ipv6 === 'allow' && !sources.isEmpty() && !sources.has(6)) {
-    // Steering is an `ip rule from <source>`: with no IPv6 prefix no rule selects the class's
-    // IPv6, which then takes the main table (or dies in the kill switch), not the tunnel.
-    collector.at(
-      [...path, 'ipv6'],
-      'unsteerable-ipv6',
-      `Class "${name}" leaves by tunnel "${via.name}" and lets its IPv6 through ("ipv6: allow"), but has no IPv6 source prefix: tunnel steering selects a class's packets by source, so its IPv6 would never reach the tunnel; add the class's IPv6 prefixes to sources, or leave ipv6 blocked`,
-    );
-  }
+  return resolved;
+}
+
+function checkShadowedRules(
+  resolved: readonly { index: number; rule: PolicyRule }[],
+  path: Path,
+  collector: IssueCollector,
+): void {
   // A rule with an error is not what its author meant: judging its reach would only add noise.
   const sound = resolved.filter(
     ({ index }) => !collector.hasErrorsUnder([...path, 'rules', index]),
@@ -427,21 +508,6 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       `Rule "${shadowed.rule.id}" never matches: ${earlier} all its packets (the first match wins); reorder or remove it`,
     );
   }
-
-  return {
-    name,
-    origin: def.origin,
-    ingress,
-    sources,
-    ipv6,
-    labels: def.hosts?.labels ?? {},
-    via,
-    killSwitch,
-    rules,
-    defaultAction: def.default,
-    nat: def.nat === 'masquerade',
-    mssClamp: def.mssClamp ?? null,
-  };
 }
 
 function resolveRule(rule: RulePart, path: Path, ctx: ClassContext): PolicyRule {
@@ -677,7 +743,7 @@ function labelsDisjoint(
 }
 
 function resolveProbe(
-  probe: ProbeDefinition,
+  probe: ProbeDefinition & { readonly from: string },
   ctx: { path: Path; id: string; collector: IssueCollector },
 ): Probe {
   const families: Partial<Record<'from' | 'to', Family>> = {};
@@ -749,4 +815,194 @@ function coversFamily(set: AddressSet, family: Family): boolean {
   return !AddressSet.parse([family === 4 ? '0.0.0.0/0' : '::/0'])
     .subtract(set)
     .has(family);
+}
+
+// Kubernetes label syntax (k8s.io/apimachinery validation: IsQualifiedName, IsValidLabelValue,
+// IsDNS1123Label): a name of at most 63 alphanumerics, "-", "_", "." inside; an optional DNS
+// subdomain prefix and "/"; values likewise or empty; namespaces are DNS labels.
+const LABEL_NAME = /^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/;
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
+
+function labelKeyProblem(key: string): string | undefined {
+  const slash = key.lastIndexOf('/');
+  const prefix = slash === -1 ? undefined : key.slice(0, slash);
+  const name = slash === -1 ? key : key.slice(slash + 1);
+  if (prefix !== undefined && (prefix.length > 253 || !DNS_SUBDOMAIN.test(prefix))) {
+    return `its prefix "${prefix}" is not a DNS subdomain (lowercase letters, digits, "-" and ".")`;
+  }
+  if (!LABEL_NAME.test(name)) {
+    return 'a label name is at most 63 letters, digits, "-", "_" and ".", starting and ending with a letter or digit';
+  }
+  return undefined;
+}
+
+/** A Kubernetes class: pods by namespace and labels, with the rules and exits of any class. */
+function resolvePodClass(
+  part: ClassPart,
+  pods: PodSelectorDefinition,
+  ctx: ClassContext,
+): PodClass {
+  const { collector } = ctx;
+  const { name, definition: def } = part;
+  const path: Path = ['classes', name];
+  if (!NAME_PATTERN.test(name)) {
+    collector.atKey(
+      path,
+      'invalid-value',
+      `Class name "${name}" is not valid: use lowercase letters, digits and "-", starting with a letter, at most 31 characters`,
+    );
+  }
+  // Fields that select or treat packets on a host: the pod network selects pods by identity,
+  // masquerades by itself, and no node firewall sees pod traffic (eBPF host routing).
+  const hostFields: [string, boolean][] = [
+    ['ingress', def.ingress !== undefined],
+    ['sources', def.sources !== undefined],
+    ['origin', def.origin === 'host'],
+    ['ipv6', def.ipv6 !== undefined],
+    ['hosts', def.hosts !== undefined],
+    ['nat', def.nat === 'masquerade'],
+    ['mssClamp', def.mssClamp !== undefined],
+  ];
+  for (const [field] of hostFields.filter(([, present]) => present)) {
+    collector.atKey(
+      [...path, field],
+      'host-field-in-pod-class',
+      `Class "${name}" selects Kubernetes pods, so "${field}" does not apply: the pod network selects pods by their labels and enforces their egress itself; remove "${field}", or make it a host class without "pods"`,
+    );
+  }
+  const podsPath: Path = [...path, 'pods'];
+  const labels = pods.labels;
+  if (pods.namespace === undefined && Object.keys(labels).length === 0) {
+    collector.atKey(
+      podsPath,
+      'empty-pod-selector',
+      `Class "${name}" selects every pod of the cluster: give "pods" a namespace or labels (like "egress-class: vpn")`,
+    );
+  }
+  if (pods.namespace !== undefined && !DNS_LABEL.test(pods.namespace)) {
+    collector.at(
+      [...podsPath, 'namespace'],
+      'invalid-label',
+      `Namespace "${pods.namespace}" is not a Kubernetes namespace name: use at most 63 lowercase letters, digits and "-", starting and ending with a letter or digit`,
+    );
+  }
+  for (const [key, value] of Object.entries(labels)) {
+    const keyProblem = labelKeyProblem(key);
+    if (keyProblem !== undefined) {
+      collector.atKey(
+        [...podsPath, 'labels', key],
+        'invalid-label',
+        `Label key "${key}" of class "${name}" is not a Kubernetes label key: ${keyProblem}`,
+      );
+    } else if (value !== '' && !LABEL_NAME.test(value)) {
+      collector.at(
+        [...podsPath, 'labels', key],
+        'invalid-label',
+        `Label value "${value}" of "${key}" in class "${name}" is not a Kubernetes label value: use at most 63 letters, digits, "-", "_" and ".", starting and ending with a letter or digit`,
+      );
+    }
+  }
+  const { via, killSwitch } = resolveExit(name, def, { path, ctx, sources: null });
+  const resolved = resolveClassRules(part, path, ctx);
+  for (const { index, rule } of resolved) {
+    if (rule.destination.kind !== 'self') continue;
+    collector.at(
+      [...path, 'rules', index, 'to'],
+      'self-in-pod-class',
+      `Rule "${rule.id}" of Kubernetes class "${name}" goes to "self", which names a host, not a pod: write the node's or the service's addresses as a network instead`,
+    );
+  }
+  checkShadowedRules(resolved, path, collector);
+  return {
+    name,
+    namespace: pods.namespace ?? null,
+    labels: { ...labels },
+    via,
+    killSwitch,
+    rules: resolved.map((r) => r.rule),
+    defaultAction: def.default,
+  };
+}
+
+/** Two pod classes whose selectors one pod can satisfy both: a pod belongs to one class. */
+function checkPodSelectorOverlaps(classes: readonly PodClass[], collector: IssueCollector): void {
+  classes.forEach((b, j) => {
+    for (const a of classes.slice(0, j)) {
+      const namespaces =
+        a.namespace === null || b.namespace === null || a.namespace === b.namespace;
+      if (!namespaces || labelsDisjoint(a.labels, b.labels)) continue;
+      const where = b.namespace ?? a.namespace;
+      collector.atKey(
+        ['classes', b.name, 'pods'],
+        'pod-selector-overlap',
+        `Pods of class "${b.name}" can also be pods of class "${a.name}"${where === null ? '' : ` in namespace "${where}"`}: a pod carrying both label sets would get both classes' policies; give the classes one label key with different values (egress-class: vpn, egress-class: direct)`,
+      );
+    }
+  });
+}
+
+/** A probe sent by a pod (`pod:`), or 'host' when it is a host probe (`from:`). */
+function resolvePodProbe(
+  probe: ProbeDefinition,
+  ctx: {
+    path: Path;
+    index: number;
+    id: string;
+    collector: IssueCollector;
+    podClasses: readonly string[];
+  },
+): PodProbe | 'host' | undefined {
+  const { collector, path } = ctx;
+  if (probe.pod === undefined) {
+    if (probe.from !== undefined) return 'host';
+    collector.atKey(
+      path,
+      'probe-source',
+      'Probe has no source: give "from" (an address) for a host class, or "pod" (a Kubernetes class) for a pod',
+    );
+    return undefined;
+  }
+  const extra = (['from', 'in', 'egress'] as const).filter((f) => probe[f] !== undefined);
+  for (const field of extra) {
+    collector.atKey(
+      [...path, field],
+      'probe-source',
+      `Probe is sent by a pod of class "${probe.pod}", so "${field}" does not apply: pods have no fixed address or ingress; remove "${field}"`,
+    );
+  }
+  if (!ctx.podClasses.includes(probe.pod)) {
+    collector.at(
+      [...path, 'pod'],
+      'unknown-pod-class',
+      `Probe names pod class "${probe.pod}", which is not a Kubernetes class of this policy${didYouMean(probe.pod, ctx.podClasses)}: name a class with "pods"`,
+    );
+  }
+  if (parseAddress(probe.to) === undefined) {
+    collector.at(
+      [...path, 'to'],
+      'malformed-address',
+      `Cannot parse "${probe.to}" as an address: write one address without a prefix length, like 192.0.2.10 or 2001:db8::10`,
+    );
+  }
+  const proto = toProtocol(probe.proto, [...path, 'proto'], collector) ?? 'tcp';
+  if (probe.port !== undefined && (probe.port < 1 || probe.port > 65535)) {
+    collector.at(
+      [...path, 'port'],
+      'port-range',
+      `Port ${probe.port} is out of range: ports go from 1 to 65535`,
+    );
+  }
+  if (extra.length > 0 || collector.hasErrorsUnder(path)) return undefined;
+  return {
+    id: probe.id ?? ctx.id,
+    index: ctx.index,
+    pod: probe.pod,
+    to: probe.to,
+    proto,
+    port: probe.port,
+    tunnel: probe.tunnel,
+    expect: probe.expect,
+    via: probe.via,
+  };
 }

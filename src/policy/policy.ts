@@ -41,6 +41,37 @@ export interface PolicyClass {
   readonly mssClamp: 'pmtu' | number | null;
 }
 
+/**
+ * A Kubernetes class: pods selected by namespace and labels. The pod network enforces it
+ * (network policy and egress gateway); a node's firewall never sees its packets (eBPF host routing).
+ */
+export interface PodClass {
+  readonly name: string;
+  /** Null: pods of every namespace. */
+  readonly namespace: string | null;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly via: PolicyClass['via'];
+  readonly killSwitch: PolicyClass['killSwitch'];
+  readonly rules: readonly PolicyRule[];
+  readonly defaultAction: 'allow' | 'deny';
+}
+
+/** A probe sent by a pod of a Kubernetes class (pods have no fixed address). */
+export interface PodProbe {
+  readonly id: string;
+  /** Its index among its requirement's probes in the policy, for pointing at it. */
+  readonly index: number;
+  /** The pod class whose pod sends it. */
+  readonly pod: string;
+  readonly to: string;
+  readonly proto: Protocol;
+  readonly port: number | undefined;
+  readonly tunnel: 'up' | 'down';
+  readonly expect: 'allow' | 'deny';
+  /** The interface it should leave by (the tunnel on the gateway node). */
+  readonly via: string | undefined;
+}
+
 export interface Probe {
   readonly id: string;
   readonly from: string;
@@ -59,6 +90,7 @@ export interface Requirement {
   readonly statement: string;
   readonly safetyCritical: boolean;
   readonly probes: readonly Probe[];
+  readonly podProbes: readonly PodProbe[];
 }
 
 /** A validated policy with every network resolved to address sets. */
@@ -69,5 +101,7 @@ export interface Policy {
   readonly uplink: string;
   readonly tunnels: readonly string[];
   readonly classes: readonly PolicyClass[];
+  /** Kubernetes classes (pods), in policy order. */
+  readonly podClasses: readonly PodClass[];
   readonly requirements: readonly Requirement[];
 }

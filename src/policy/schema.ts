@@ -87,8 +87,26 @@ const killSwitch = z.strictObject({
     .describe('Networks the class may reach outside the tunnel (e.g. the LAN)'),
 });
 
+/** A Kubernetes label key (an optional DNS prefix and "/") and value, checked in parse-policy.ts. */
+const podSelector = z
+  .strictObject({
+    namespace: z
+      .string()
+      .optional()
+      .describe('The namespace of the pods; absent: pods of every namespace'),
+    labels: z
+      .record(z.string(), z.string())
+      .optional()
+      .default({})
+      .describe('Pod labels the class selects, all of them (egress-class: vpn)'),
+  })
+  .describe('Kubernetes pods of the class, by namespace and labels (enforced by the pod network)');
+
 const classSchema = z.strictObject({
   description: z.string().optional(),
+  pods: podSelector
+    .optional()
+    .describe('A Kubernetes class: the pods it selects (instead of ingress and sources)'),
   origin: z
     .enum(['forwarded', 'host'])
     .optional()
@@ -101,7 +119,10 @@ const classSchema = z.strictObject({
   sources: z
     .array(networkEntry)
     .min(1)
-    .describe('Source prefixes of the class, both families; other sources are dropped'),
+    .optional()
+    .describe(
+      'Source prefixes of the class, both families; other sources are dropped (required unless pods)',
+    ),
   ipv6: z
     .enum(['block', 'allow'])
     .optional()
@@ -129,7 +150,8 @@ const classSchema = z.strictObject({
 
 const probe = z.strictObject({
   id: z.string().min(1).optional(),
-  from: z.string().describe('Source address of the probe'),
+  from: z.string().optional().describe('Source address of the probe (or pod)'),
+  pod: z.string().optional().describe('A Kubernetes class whose pod sends the probe (or from)'),
   in: z.string().optional().describe('Ingress interface; defaults to the class of the source'),
   to: z.string().describe('Destination address'),
   proto: z.union([protocolName, z.number().int()]).optional().default('tcp'),
@@ -187,6 +209,7 @@ export type PolicyDocument = z.output<typeof policySchema>;
 export type NetworkDefinition = z.output<typeof network>;
 export type ClassDefinition = z.output<typeof classSchema>;
 export type RuleDefinition = z.output<typeof rule>;
+export type PodSelectorDefinition = z.output<typeof podSelector>;
 export type ProbeDefinition = z.output<typeof probe>;
 export type RequirementDefinition = z.output<typeof requirement>;
 export type ProtocolSpec = z.output<typeof protocol>;

@@ -8,6 +8,7 @@ const requirement: Requirement = {
   id: 'R-1',
   statement: 's',
   safetyCritical: true,
+  podProbes: [],
   probes: [
     {
       id: 'p',

@@ -1,6 +1,13 @@
 import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
-import { createHostView, evaluateProbes, lowerForHost, type ProbeResult } from '../../ir/index.js';
+import {
+  createHostView,
+  evaluatePodProbes,
+  evaluateProbes,
+  lowerForHost,
+  type PodProbeResult,
+  type ProbeResult,
+} from '../../ir/index.js';
 import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
 import { findFactsFile } from '../../host/index.js';
@@ -44,10 +51,24 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
   const policy = parsed.policy;
   const factsFile = policy === undefined ? undefined : findFactsFile(file, factsOption);
   let results: ProbeResult[] = [];
+  let podResults: PodProbeResult[] = [];
   if (policy !== undefined && factsFile !== undefined) {
     const facts = readHostFacts(factsFile);
     const ir = lowerForHost(policy, facts);
     results = evaluateProbes(ir, createHostView(facts), policy.requirements);
+    podResults = evaluatePodProbes(ir, createHostView(facts), policy.requirements);
+    for (const result of podResults) {
+      if (result.mismatches.length === 0) continue;
+      const index = policy.requirements.findIndex((r) => r.id === result.requirement);
+      const { probe } = result;
+      issues.push(
+        parsed.report(
+          ['requirements', index, 'probes', probe.index],
+          'probe-mismatch',
+          `Probe "${probe.id}" (a pod of class "${probe.pod}" → ${probe.to} ${String(probe.proto)}${probe.port === undefined ? '' : `/${probe.port}`}, tunnel ${probe.tunnel}) disagrees with the policy: ${result.mismatches.join('; ')}; fix the rules or the probe's expectation`,
+        ),
+      );
+    }
     for (const result of results) {
       if (result.mismatches.length === 0) continue;
       const index = policy.requirements.findIndex((r) => r.id === result.requirement);
@@ -61,7 +82,7 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
     }
   }
   const requirements = (policy?.requirements ?? []).map((r) => {
-    const own = results.filter((p) => p.requirement === r.id);
+    const own = [...results, ...podResults].filter((p) => p.requirement === r.id);
     const proven = own.length > 0 && own.every((p) => p.mismatches.length === 0);
     return { id: r.id, safetyCritical: r.safetyCritical, level: proven ? ('L1' as const) : null };
   });
@@ -70,7 +91,7 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
     valid: !hasErrors(issues),
     issues,
     facts: factsFile ?? null,
-    probes: results.map((r) => ({
+    probes: [...results, ...podResults].map((r) => ({
       requirement: r.requirement,
       probe: r.probe.id,
       expect: r.probe.expect,
