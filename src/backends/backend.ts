@@ -176,7 +176,13 @@ export interface Inspector {
 
 /** Something changed that may undo an apply. */
 export type WatchEvent =
-  | { readonly kind: 'link'; readonly name: string; readonly detail: string }
+  | {
+      readonly kind: 'link';
+      readonly name: string;
+      readonly detail: string;
+      /** The link's state as the event shows it: up (with carrier), down, or absent (deleted). */
+      readonly state?: 'up' | 'down' | 'absent';
+    }
   | { readonly kind: 'ruleset'; readonly detail: string }
   /** The main table's default route or a connected prefix changed: the host's facts did. */
   | { readonly kind: 'route'; readonly detail: string }
