@@ -89,6 +89,8 @@ export interface Capabilities {
   readonly supportsRuleCounters: boolean;
   /** The enforcer runs on this machine, so differential tests use the real thing. */
   readonly runsHere: boolean;
+  /** Enforces Kubernetes classes (pods); `explain` names its layer for them. */
+  readonly supportsPodClasses?: boolean;
 }
 
 export interface BackendContext {

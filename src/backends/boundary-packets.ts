@@ -1,5 +1,5 @@
 import { AddressSet, createRandom, type Family } from '../core/index.js';
-import type { FragmentPart, HostIR } from '../ir/index.js';
+import type { EvaluationState, FragmentPart, HostIR, PodPacket } from '../ir/index.js';
 import type { Protocol } from '../policy/index.js';
 import type { TestPacket } from './backend.js';
 
@@ -91,6 +91,83 @@ export function generateBoundaryPackets(
         protocol,
         port,
         ...(fragment === undefined ? {} : { fragment }),
+      },
+      state: { tunnel: random() < 0.5 ? 'up' : 'down' },
+    });
+  }
+  return packets;
+}
+
+/** A packet a pod of a Kubernetes class sends, and the gateway's tunnel state to judge it in. */
+export interface PodTestPacket {
+  readonly podClass: string;
+  readonly packet: PodPacket;
+  readonly state: EvaluationState;
+}
+
+const ECHO_REQUEST: Readonly<Record<Family, number>> = { 4: 8, 6: 128 };
+
+/**
+ * Boundary-biased packets for the Kubernetes classes: destinations at every edge of the classes'
+ * rule sets and kill switch exceptions (and one beyond), every port-range edge and its
+ * neighbours, both families, half with the tunnel up. Pods have no fixed address: the class is
+ * the source. Deterministic for a seed.
+ */
+export function generatePodBoundaryPackets(
+  ir: HostIR,
+  options: {
+    count: number;
+    seed: number;
+    /** The protocols to draw from (default TCP, UDP, ICMP, SCTP, GRE). */
+    protocols?: readonly Protocol[];
+    /** More destinations to include (in-cluster addresses, say). */
+    extraDestinations?: AddressSet;
+  },
+): PodTestPacket[] {
+  const random = createRandom(options.seed);
+  const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)] as T;
+  const protocols = options.protocols ?? ['tcp', 'udp', 'icmp', 132, 47];
+  const sets: AddressSet[] = [];
+  if (options.extraDestinations !== undefined) sets.push(options.extraDestinations);
+  const ports = new Set<number>([1, 22, 53, 80, 443, 65535]);
+  for (const cls of ir.podClasses) {
+    if (cls.killSwitch !== null) sets.push(cls.killSwitch.except);
+    for (const rule of cls.rules) {
+      if (rule.match.destination.kind === 'addresses') sets.push(rule.match.destination.set);
+      for (const range of rule.match.ports ?? []) {
+        for (const p of [
+          range.from - 1,
+          range.from,
+          range.from + 1,
+          range.to - 1,
+          range.to,
+          range.to + 1,
+        ]) {
+          if (p >= 1 && p <= 65535) ports.add(p);
+        }
+      }
+    }
+  }
+  const destinationEdges = { 4: edges(sets, 4), 6: edges(sets, 6) };
+  const portList = [...ports].sort((a, b) => a - b);
+  const packets: PodTestPacket[] = [];
+  for (let i = 0; i < options.count && ir.podClasses.length > 0; i++) {
+    const cls = pick(ir.podClasses);
+    const family: Family = random() < 0.2 ? 6 : 4;
+    const edgeList = destinationEdges[family];
+    const destination =
+      edgeList.length > 0 && random() < 0.7 ? pick(edgeList) : documentationAddress(family, random);
+    const protocol = pick(protocols);
+    const port =
+      protocol === 'tcp' || protocol === 'udp' || protocol === 132 ? pick(portList) : undefined;
+    packets.push({
+      podClass: cls.name,
+      packet: {
+        family,
+        destination,
+        protocol,
+        port,
+        ...(protocol === 'icmp' ? { icmpType: ECHO_REQUEST[family] } : {}),
       },
       state: { tunnel: random() < 0.5 ? 'up' : 'down' },
     });

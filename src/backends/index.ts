@@ -37,7 +37,11 @@ export type {
   WatchEvent,
 } from './backend.js';
 export { BackendRegistry, registry } from './registry.js';
-export { generateBoundaryPackets } from './boundary-packets.js';
+export {
+  generateBoundaryPackets,
+  generatePodBoundaryPackets,
+  type PodTestPacket,
+} from './boundary-packets.js';
 export { checkConformance, type Disagreement } from './conformance.js';
 export { artifactOfRole, compileWithHash } from './compile-with-hash.js';
 export { describeLiveProblem } from './live-problem.js';

@@ -2,7 +2,7 @@ import { EgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import type { CommandClassifier } from '../runner/index.js';
 import type { Backend, BackendOption, ClusterSupport } from './backend.js';
-import { ciliumClusterSupport } from './cilium/index.js';
+import { ciliumBackend } from './cilium/index.js';
 import { nftablesBackend } from './nftables/index.js';
 import { pfBackend } from './pf/index.js';
 
@@ -80,7 +80,6 @@ export class BackendRegistry {
 
 /** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
 export const registry = new BackendRegistry()
-  // The cluster side of a gateway node is the Cilium backend's (src/backends/cilium); until that
-  // backend is registered here with its compiler, the Linux host's backend carries it.
-  .register({ ...nftablesBackend, cluster: ciliumClusterSupport }, { defaultFor: 'linux' })
-  .register(pfBackend, { defaultFor: 'darwin' });
+  .register(nftablesBackend, { defaultFor: 'linux' })
+  .register(pfBackend, { defaultFor: 'darwin' })
+  .register(ciliumBackend);

@@ -13,7 +13,7 @@ export {
   formatIpv4,
   formatIpv6,
 } from './cidr.js';
-export { AddressSet } from './address-set.js';
+export { AddressSet, AddressSetBuilder } from './address-set.js';
 export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
 export { createRandom } from './random.js';
 export { packagePath } from './package-path.js';

@@ -4,6 +4,7 @@ import { ANCHOR_ARTIFACT, createPfCompiler } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
 import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
 import { classifyPfctlCommand, createPfctl } from './pfctl-command.js';
+import { pfUnits } from './pf-units.js';
 
 /**
  * macOS: one pf anchor (by default `com.apple/250.egressguard`, reached through the stock
@@ -39,4 +40,5 @@ export const pfBackend: Backend = {
     const options = parsePfOptions(context.options);
     return createPfInspector(createPfctl(context.runner, options), options);
   },
+  units: pfUnits,
 };

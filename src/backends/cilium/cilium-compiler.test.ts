@@ -1,0 +1,201 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { isEgressguardError } from '../../core/index.js';
+import { parseHostFacts, type HostFacts } from '../../facts/index.js';
+import { lowerForHost } from '../../ir/index.js';
+import { parsePolicy } from '../../policy/index.js';
+import type { CiliumEgressGatewayPolicy, CiliumManifest } from './cilium-manifests.js';
+import {
+  assertValidManifests,
+  createCiliumCompiler,
+  MANIFESTS_ARTIFACT,
+} from './cilium-compiler.js';
+import { validateManifests } from './validate-manifests.js';
+
+const DIR = fileURLToPath(
+  new URL('../../../testdata/policies/valid/k3s-vpn-egress/', import.meta.url),
+);
+const POLICY = readFileSync(`${DIR}policy.yaml`, 'utf8');
+const FACTS = parseHostFacts(JSON.parse(readFileSync(`${DIR}facts.json`, 'utf8')), 'facts.json');
+
+function compile(text: string, options: { version?: string; facts?: HostFacts } = {}) {
+  const { policy, issues } = parsePolicy(text, `${DIR}policy.yaml`);
+  if (policy === undefined) throw new Error(JSON.stringify(issues));
+  return createCiliumCompiler().compile(lowerForHost(policy, options.facts ?? FACTS), {
+    options: options.version === undefined ? {} : { ciliumVersion: options.version },
+  });
+}
+
+function manifestsOf(text: string, version?: string): CiliumManifest[] {
+  const artifact = compile(text, version === undefined ? {} : { version }).find(
+    (a) => a.name === MANIFESTS_ARTIFACT,
+  );
+  if (artifact === undefined) throw new Error('no manifests');
+  return parseAllDocuments(artifact.content).map((d) => d.toJS() as CiliumManifest);
+}
+
+function refusal(run: () => unknown): { code: string; message: string; hint?: string } {
+  try {
+    run();
+  } catch (error) {
+    if (isEgressguardError(error)) {
+      return {
+        code: error.code,
+        message: error.message,
+        ...(error.hint === undefined ? {} : { hint: error.hint }),
+      };
+    }
+    throw error;
+  }
+  throw new Error('expected a refusal');
+}
+
+describe('the cilium compiler', () => {
+  it.each(['1.17', '1.18'])(
+    'compiles k3s-vpn-egress to manifests that validate on Cilium %s',
+    (version) => {
+      const manifests = manifestsOf(POLICY, version);
+      expect(manifests.map((m) => m.kind)).toEqual([
+        'CiliumEgressGatewayPolicy',
+        'CiliumClusterwideNetworkPolicy',
+      ]);
+      expect(validateManifests(manifests, { ciliumVersion: version })).toEqual([]);
+      const gateway = manifests[0] as CiliumEgressGatewayPolicy;
+      // interface, never egressIP; the node label the resident sets; exclusions inside destinations.
+      expect(gateway.spec.egressGateway).toEqual({
+        nodeSelector: { matchLabels: { 'egressguard.dev/gateway-vpn': 'up' } },
+        interface: 'tun0',
+      });
+      expect(gateway.spec.destinationCIDRs).toEqual(['0.0.0.0/0']);
+      expect(gateway.spec.excludedCIDRs).toEqual(['10.42.0.0/15', '192.168.1.0/24']);
+    },
+  );
+
+  it("compiles the gateway node's own table through the nftables backend, labelled as such", () => {
+    const names = compile(POLICY).map((a) => a.name);
+    expect(names).toEqual([
+      'manifests.yaml',
+      'gateway-node.ruleset.nft',
+      'gateway-node.steering.json',
+      'gateway-node.lockdown.nft',
+    ]);
+    const ruleset = compile(POLICY).find((a) => a.name === 'gateway-node.ruleset.nft');
+    expect(ruleset?.content.split('\n')[0]).toBe(
+      "# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.",
+    );
+  });
+
+  it('steers IPv6 through the gateway on 1.18 when the tunnel carries it, and refuses it on 1.17', () => {
+    const facts: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.map((i) =>
+        i.name === 'tun0'
+          ? { name: 'tun0', up: true, addresses: ['10.200.0.2/32', '2001:db8:200::2/128'] }
+          : i,
+      ),
+    };
+    const artifact = compile(POLICY, { version: '1.18', facts })[0];
+    expect(artifact?.content).toContain('- ::/0');
+    expect(refusal(() => compile(POLICY, { version: '1.17', facts }))).toEqual({
+      code: 'unsupported',
+      message:
+        'Cannot compile Kubernetes class "vpn" for Cilium 1.17: tunnel "tun0" carries IPv6 on the gateway node, and Cilium has no IPv6 egress gateway before 1.18, so the class\'s IPv6 would leave unsteered',
+      hint: 'pass --cilium-version 1.18, or disable IPv6 on the tunnel (the facts then say "ipv6": false and the class\'s IPv6 is denied)',
+    });
+  });
+
+  it('refuses manifests that would need interface and egressIP both, or exclusions outside the destinations', () => {
+    const [gateway, ...rest] = manifestsOf(POLICY) as [
+      CiliumEgressGatewayPolicy,
+      ...CiliumManifest[],
+    ];
+    const both: CiliumEgressGatewayPolicy = {
+      ...gateway,
+      spec: {
+        ...gateway.spec,
+        egressGateway: { ...gateway.spec.egressGateway, egressIP: '10.200.0.2' },
+      },
+    };
+    const both_ = refusal(() => {
+      assertValidManifests([both, ...rest], '1.18');
+    });
+    expect(both_.code).toBe('unsupported');
+    expect(both_.message).toBe(
+      'Cannot compile for Cilium 1.18: CiliumEgressGatewayPolicy/egressguard-k3s-vpn-egress-vpn: egressGateway sets both interface "tun0" and egressIP "10.200.0.2": Cilium ignores such a policy and the traffic leaves unsteered; set only one of them',
+    );
+    const outside: CiliumEgressGatewayPolicy = {
+      ...gateway,
+      spec: { ...gateway.spec, destinationCIDRs: ['198.51.100.0/24'] },
+    };
+    expect(
+      refusal(() => {
+        assertValidManifests([outside, ...rest], '1.18');
+      }).message,
+    ).toContain(
+      'excludedCIDRs entry "10.42.0.0/15" is not inside destinationCIDRs (198.51.100.0/24): Cilium ignores it; exclude only parts of the destinations',
+    );
+  });
+
+  it('refuses a tunnel class without a kill switch: the egress gateway alone is no kill switch', () => {
+    const text = POLICY.replace('    killSwitch:\n      except: [lan, cluster]\n', '');
+    expect(text).not.toBe(POLICY);
+    const { code, message } = refusal(() => compile(text));
+    expect(code).toBe('unsupported');
+    expect(message).toContain(
+      'Cannot compile Kubernetes class "vpn" for Cilium: it leaves by tunnel "tun0" without a kill switch',
+    );
+  });
+
+  it("refuses a tunnel class when the gateway node has no policy routing for the tunnel's address", () => {
+    const start = POLICY.indexOf('  gateway-node:');
+    const end = POLICY.indexOf('requirements:');
+    const text = `${POLICY.slice(0, start)}\n${POLICY.slice(end)}`.replace(
+      / {6}- \{ from: 10\.200[^\n]*\n/g,
+      '',
+    );
+    const { code, message, hint } = refusal(() => compile(text));
+    expect(code).toBe('unsupported');
+    expect(message).toBe(
+      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node has no policy routing for tunnel "tun0" (Cilium\'s `interface` picks the SNAT address; the node\'s routing picks the device, so its packets would leave by the uplink)',
+    );
+    expect(hint).toContain('origin: host');
+  });
+
+  it('refuses a rule Cilium cannot express, naming it', () => {
+    const gre = POLICY.replace('proto: tcp, ports: [25]', 'proto: gre');
+    expect(refusal(() => compile(gre)).message).toBe(
+      'Cannot compile rule "vpn-no-smtp" of Kubernetes class "vpn" for Cilium: protocol 47 cannot be matched (Cilium\'s toPorts names TCP, UDP and SCTP, its icmps ICMP)',
+    );
+    const audit = POLICY.replace('id: vpn-no-smtp, action: deny', 'id: vpn-no-smtp, action: audit');
+    expect(refusal(() => compile(audit)).message).toContain('Cilium has no per-rule audit');
+  });
+
+  it('refuses a Cilium release the pinned schemas do not cover, and a policy without pods', () => {
+    expect(refusal(() => compile(POLICY, { version: '1.16' }))).toMatchObject({
+      code: 'usage',
+      message: 'Cannot compile for Cilium "1.16"',
+    });
+    const hostOnly = readFileSync(
+      fileURLToPath(
+        new URL('../../../testdata/policies/valid/linux-vpn-gateway/policy.yaml', import.meta.url),
+      ),
+      'utf8',
+    );
+    expect(refusal(() => compile(hostOnly)).code).toBe('unsupported');
+  });
+
+  it('writes ICMP as every type of the family, in icmps rules of at most 40 fields', () => {
+    const text = POLICY.replace(
+      '      - { id: vpn-no-lan, action: deny, to: lan }\n    default: allow',
+      '      - { id: vpn-no-lan, action: deny, to: lan }\n      - { id: vpn-ping, action: allow, to: [198.51.100.0/24], proto: icmp }\n    default: deny',
+    );
+    expect(text).not.toBe(POLICY);
+    const manifests = manifestsOf(text);
+    expect(validateManifests(manifests)).toEqual([]);
+    const peers = JSON.stringify(manifests[1]);
+    expect(peers).toContain('"icmps"');
+    expect(peers).toContain('{"family":"IPv4","type":255}');
+  });
+});

@@ -1,0 +1,355 @@
+import { stringify } from 'yaml';
+import { AddressSet, EgressguardError, type Family } from '../../core/index.js';
+import { carries, type HostIR, type HostPodClassIR } from '../../ir/index.js';
+import type { Artifact, CompileOptions, Compiler } from '../backend.js';
+import { nftablesBackend } from '../nftables/index.js';
+import {
+  CILIUM_API_VERSION,
+  type CidrRule,
+  type CiliumEgressGatewayPolicy,
+  type CiliumManifest,
+  type CiliumNetworkPolicyManifest,
+  type EgressPeerRule,
+  type IcmpRule,
+  type LabelSelector,
+  type NetworkPolicyRule,
+  type ObjectMeta,
+  type PortProtocol,
+  type PortRule,
+} from './cilium-manifests.js';
+import {
+  DEFAULT_CILIUM_VERSION,
+  SUPPORTED_CILIUM_VERSIONS,
+  isSupportedCiliumVersion,
+  parseCiliumVersion,
+  supportsIpv6EgressGateway,
+} from './cilium-version.js';
+import { computePodVerdicts, type L4Piece, type VerdictGroup } from './pod-verdicts.js';
+import { validateManifests } from './validate-manifests.js';
+
+/** The manifests artifact; the gateway node's own nftables artifacts are prefixed with this. */
+export const MANIFESTS_ARTIFACT = 'manifests.yaml';
+export const NODE_ARTIFACT_PREFIX = 'gateway-node.';
+
+// Cilium's label for a pod's namespace (k8sConst.PodNamespaceLabel).
+const NAMESPACE_LABEL = 'io.kubernetes.pod.namespace';
+// CNP schema: at most 40 ports per PortRule and 40 fields per ICMPRule.
+const MAX_ITEMS = 40;
+
+/** The Cilium release a compile targets, from the `ciliumVersion` option. */
+export function resolveCiliumVersion(text: string | undefined): string {
+  const wanted = text ?? DEFAULT_CILIUM_VERSION;
+  const version = parseCiliumVersion(wanted);
+  if (version === undefined || !isSupportedCiliumVersion(version)) {
+    throw new EgressguardError('usage', `Cannot compile for Cilium "${wanted}"`, {
+      hint: `the pinned CRD schemas cover ${SUPPORTED_CILIUM_VERSIONS.join(' and ')}; pass --cilium-version with one of them`,
+    });
+  }
+  return `${version.major}.${version.minor}`;
+}
+
+/**
+ * Pure: the Kubernetes classes of a policy → Cilium manifests (a CiliumEgressGatewayPolicy per
+ * tunnel class, a network policy per class), every one validated against the pinned CRD schemas
+ * and the checks no schema expresses before it is returned; and, when the policy has host
+ * classes, the gateway node's own nftables artifacts, compiled by the nftables backend.
+ */
+export function createCiliumCompiler(): Compiler {
+  return {
+    compile(ir: HostIR, options: CompileOptions = {}): readonly Artifact[] {
+      const version = resolveCiliumVersion(options.options?.['ciliumVersion']);
+      if (ir.podClasses.length === 0) {
+        throw new EgressguardError(
+          'unsupported',
+          `Cannot compile policy "${ir.name}" for Cilium: it has no Kubernetes class (a class with "pods"); Cilium enforces pod traffic only`,
+          { hint: 'select pods with a class\'s "pods" field, or compile for the host\'s firewall' },
+        );
+      }
+      const stamp = options.stamp ?? '';
+      const manifests = ir.podClasses.flatMap((cls) => compileClass(ir, cls, { version, stamp }));
+      assertValidManifests(manifests, version);
+      const artifacts: Artifact[] = [
+        { name: MANIFESTS_ARTIFACT, content: renderManifests(ir, manifests, version) },
+      ];
+      if (ir.classes.length > 0) {
+        for (const a of nftablesBackend.createCompiler().compile(ir, options)) {
+          artifacts.push({
+            name: `${NODE_ARTIFACT_PREFIX}${a.name}`,
+            content: a.name.endsWith('.nft') ? `${NODE_HEADER}${a.content}` : a.content,
+          });
+        }
+      }
+      return artifacts;
+    },
+  };
+}
+
+const NODE_HEADER = `# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.
+# It never sees pod traffic, which Cilium's eBPF host routing redirects past netfilter.
+`;
+
+/**
+ * Refuses manifests that fail the pinned schemas or the semantic checks (interface with egressIP,
+ * exclusions outside the destinations, an IPv6 gateway before 1.18, …): nothing invalid is output.
+ */
+export function assertValidManifests(manifests: readonly CiliumManifest[], version: string): void {
+  const problems = validateManifests(manifests, { ciliumVersion: version });
+  if (problems.length === 0) return;
+  throw new EgressguardError(
+    'unsupported',
+    `Cannot compile for Cilium ${version}: ${problems.map((p) => `${p.object}: ${p.message}`).join('; ')}`,
+    {
+      hint: 'the generated manifests would not hold on the cluster; change the policy as the message says',
+    },
+  );
+}
+
+function compileClass(
+  ir: HostIR,
+  cls: HostPodClassIR,
+  context: { version: string; stamp: string },
+): CiliumManifest[] {
+  const name = `egressguard-${ir.name}-${cls.name}`;
+  const metadata: ObjectMeta = {
+    name,
+    labels: {
+      'app.kubernetes.io/managed-by': 'egressguard',
+      'egressguard.dev/policy': ir.name,
+      'egressguard.dev/class': cls.name,
+    },
+    annotations: { 'egressguard.dev/config-hash': context.stamp },
+  };
+  const out: CiliumManifest[] = [];
+  if (cls.via.kind === 'tunnel') {
+    out.push(egressGatewayPolicy(ir, cls, metadata, context.version));
+  }
+  out.push(networkPolicy(cls, metadata));
+  return out;
+}
+
+function podLabels(cls: HostPodClassIR): Record<string, string> {
+  return {
+    ...cls.selector.labels,
+    ...(cls.selector.namespace === null ? {} : { [NAMESPACE_LABEL]: cls.selector.namespace }),
+  };
+}
+
+function egressGatewayPolicy(
+  ir: HostIR,
+  cls: HostPodClassIR,
+  metadata: ObjectMeta,
+  version: string,
+): CiliumEgressGatewayPolicy {
+  const via = cls.via;
+  if (via.kind !== 'tunnel') throw new Error('egressGatewayPolicy: not a tunnel class');
+  const killSwitch = cls.killSwitch;
+  if (killSwitch === null) {
+    // Without the label, nothing drops while the tunnel is down: the gateway keeps its cached
+    // egress IP and can leak by another device (NOTES, "Interface goes down or changes later").
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: it leaves by tunnel "${via.interface}" without a kill switch, and Cilium's egress gateway is no kill switch by itself (after the tunnel goes down it keeps the cached egress IP and can leave by another device)`,
+      { hint: 'add "killSwitch: {}" (with the LAN and the cluster under "except")' },
+    );
+  }
+  if (
+    !ir.classes.some(
+      (c) =>
+        c.selector.kind === 'host' && c.via.kind === 'tunnel' && c.via.interface === via.interface,
+    )
+  ) {
+    // NOTES, "interface selects the SNAT address, not the egress device": the gateway routes by
+    // `ip route get <dst> from <egress IP>`, so without a rule for the tunnel's address the
+    // steered packets leave by the default route, source-NATed to the tunnel address.
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node has no policy routing for tunnel "${via.interface}" (Cilium's \`interface\` picks the SNAT address; the node's routing picks the device, so its packets would leave by the uplink)`,
+      {
+        hint: `add a host class for the gateway node: origin: host, sources: [the address of ${via.interface}], via: ${via.interface}, with a kill switch`,
+      },
+    );
+  }
+  const parsed = parseCiliumVersion(version);
+  const families: Family[] = [4];
+  if (carries(via, 6)) {
+    if (parsed === undefined || !supportsIpv6EgressGateway(parsed)) {
+      throw new EgressguardError(
+        'unsupported',
+        `Cannot compile Kubernetes class "${cls.name}" for Cilium ${version}: tunnel "${via.interface}" carries IPv6 on the gateway node, and Cilium has no IPv6 egress gateway before 1.18, so the class's IPv6 would leave unsteered`,
+        {
+          hint: 'pass --cilium-version 1.18, or disable IPv6 on the tunnel (the facts then say "ipv6": false and the class\'s IPv6 is denied)',
+        },
+      );
+    }
+    families.push(6);
+  }
+  const all: Readonly<Record<Family, string>> = { 4: '0.0.0.0/0', 6: '::/0' };
+  // Exclusions of the families steered only: always inside destinationCIDRs (schema: "Should be
+  // a subset of destinationCIDRs otherwise it will not have any effect").
+  const excluded = families.flatMap((f) => killSwitch.except.toCidrs(f));
+  // `interface`, never `egressIP` with it: Cilium ignores a policy with both (EGW doc, warning).
+  return {
+    apiVersion: CILIUM_API_VERSION,
+    kind: 'CiliumEgressGatewayPolicy',
+    metadata,
+    spec: {
+      selectors: [{ podSelector: { matchLabels: podLabels(cls) } }],
+      destinationCIDRs: families.map((f) => all[f]),
+      ...(excluded.length === 0 ? {} : { excludedCIDRs: excluded }),
+      egressGateway: {
+        nodeSelector: { matchLabels: { [killSwitch.nodeLabel.key]: killSwitch.nodeLabel.value } },
+        interface: via.interface,
+      },
+    },
+  };
+}
+
+function networkPolicy(cls: HostPodClassIR, metadata: ObjectMeta): CiliumNetworkPolicyManifest {
+  const endpointSelector: LabelSelector = { matchLabels: { ...cls.selector.labels } };
+  const describe = (what: string): string => `egressguard class "${cls.name}": ${what}`;
+  const specs: NetworkPolicyRule[] = [
+    {
+      description: describe(
+        "pods and nodes are matched by identity, never by CIDR, so the rules judge destinations outside the cluster; in-cluster traffic is allowed here and left to the cluster's own policies",
+      ),
+      endpointSelector,
+      // Default deny made explicit: what no rule below allows is dropped.
+      enableDefaultDeny: { egress: true },
+      egress: [{ toEntities: ['cluster'] }],
+    },
+  ];
+  for (const group of sortGroups(computePodVerdicts(cls))) {
+    const rule = groupRule(group);
+    if (rule === undefined) continue;
+    specs.push({
+      description: describe(group.decidedBy.join(', ')),
+      endpointSelector,
+      enableDefaultDeny: { egress: true },
+      ...rule,
+    });
+  }
+  const { namespace } = cls.selector;
+  return namespace === null
+    ? { apiVersion: CILIUM_API_VERSION, kind: 'CiliumClusterwideNetworkPolicy', metadata, specs }
+    : {
+        apiVersion: CILIUM_API_VERSION,
+        kind: 'CiliumNetworkPolicy',
+        metadata: { ...metadata, namespace },
+        specs,
+      };
+}
+
+function sortGroups(groups: readonly VerdictGroup[]): VerdictGroup[] {
+  const key = (g: VerdictGroup): string =>
+    [...g.addresses.toCidrs(4), ...g.addresses.toCidrs(6)][0] ?? '';
+  return [...groups].sort(
+    (a, b) => key(a).localeCompare(key(b)) || a.decidedBy.join().localeCompare(b.decidedBy.join()),
+  );
+}
+
+/**
+ * A group in the form Cilium can express: nothing allowed → nothing (default deny); everything →
+ * an L3 allow; no unnameable protocol allowed → an allow listing ports and ICMP; otherwise an L3
+ * allow and a deny of the ports and ICMP that are not allowed (deny beats allow).
+ */
+function groupRule(
+  group: VerdictGroup,
+): Pick<NetworkPolicyRule, 'egress' | 'egressDeny'> | undefined {
+  if (group.allowed.length === 0) return undefined;
+  const cidrs = cidrRules(group.addresses);
+  const families = ([4, 6] as const).filter((f) => group.addresses.has(f));
+  if (group.denied.length === 0) return { egress: [{ toCIDRSet: cidrs }] };
+  if (!group.allowed.some((p) => p.kind === 'other')) {
+    return { egress: [{ toCIDRSet: cidrs, ...l4Fields(group.allowed, families) }] };
+  }
+  return {
+    egress: [{ toCIDRSet: cidrs }],
+    egressDeny: [{ toCIDRSet: cidrs, ...l4Fields(group.denied, families) }],
+  };
+}
+
+function l4Fields(
+  pieces: readonly L4Piece[],
+  families: readonly Family[],
+): Pick<EgressPeerRule, 'toPorts' | 'icmps'> {
+  const ports: PortProtocol[] = [];
+  for (const piece of mergePorts(pieces)) {
+    ports.push({
+      port: String(piece.from),
+      ...(piece.to === piece.from ? {} : { endPort: piece.to }),
+      protocol: piece.protocol,
+    });
+  }
+  const toPorts: PortRule[] = chunk(ports).map((p) => ({ ports: p }));
+  // "icmp" means every ICMP type: Cilium matches ICMP by type only, so each type is listed.
+  const icmps: IcmpRule[] = pieces.some((p) => p.kind === 'icmp')
+    ? families.flatMap((f) =>
+        chunk(
+          Array.from({ length: 256 }, (_, type) => ({
+            family: f === 4 ? ('IPv4' as const) : ('IPv6' as const),
+            type,
+          })),
+        ).map((fields) => ({ fields })),
+      )
+    : [];
+  return {
+    ...(toPorts.length === 0 ? {} : { toPorts }),
+    ...(icmps.length === 0 ? {} : { icmps }),
+  };
+}
+
+function mergePorts(
+  pieces: readonly L4Piece[],
+): { protocol: 'TCP' | 'UDP' | 'SCTP'; from: number; to: number }[] {
+  const out: { protocol: 'TCP' | 'UDP' | 'SCTP'; from: number; to: number }[] = [];
+  for (const piece of pieces) {
+    if (piece.kind !== 'ports') continue;
+    const last = out[out.length - 1];
+    if (last !== undefined && last.protocol === piece.protocol && last.to + 1 === piece.from) {
+      last.to = piece.to;
+    } else {
+      out.push({ protocol: piece.protocol, from: piece.from, to: piece.to });
+    }
+  }
+  return out;
+}
+
+function chunk<T>(items: readonly T[]): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += MAX_ITEMS) out.push(items.slice(i, i + MAX_ITEMS));
+  return out;
+}
+
+/**
+ * An address set as toCIDRSet entries: its prefixes, or the whole family with `except` holes when
+ * that is shorter (the internet but the LAN: 0.0.0.0/0 except 192.168.1.0/24).
+ */
+function cidrRules(set: AddressSet): CidrRule[] {
+  const out: CidrRule[] = [];
+  for (const family of [4, 6] as const) {
+    if (!set.has(family)) continue;
+    const plain = set.toCidrs(family);
+    const whole = family === 4 ? '0.0.0.0/0' : '::/0';
+    const holes = AddressSet.parse([whole]).only(family).subtract(set).toCidrs(family);
+    if (holes.length + 1 < plain.length) out.push({ cidr: whole, except: holes });
+    else out.push(...plain.map((cidr) => ({ cidr })));
+  }
+  return out;
+}
+
+function renderManifests(
+  ir: HostIR,
+  manifests: readonly CiliumManifest[],
+  version: string,
+): string {
+  const header = `# egressguard: policy "${ir.name}" for Cilium ${version}. Generated; do not edit.
+# Apply with kubectl apply -f; the gateway node carries the egress gateway's node label only while
+# its tunnel is up (egressguard run --k8s on that node), so Cilium drops instead of leaking.
+`;
+  return (
+    header +
+    manifests
+      .map((m) => `---\n${stringify(m, { lineWidth: 0, aliasDuplicateObjects: false })}`)
+      .join('')
+  );
+}
