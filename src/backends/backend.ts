@@ -203,7 +203,13 @@ export interface Inspector {
 
 /** Something changed that may undo an apply. */
 export type WatchEvent =
-  | { readonly kind: 'link'; readonly name: string; readonly detail: string }
+  | {
+      readonly kind: 'link';
+      readonly name: string;
+      readonly detail: string;
+      /** The link's state as the event shows it: up (with carrier), down, or absent (deleted). */
+      readonly state?: 'up' | 'down' | 'absent';
+    }
   | { readonly kind: 'ruleset'; readonly detail: string }
   /** The main table's default route or a connected prefix changed: the host's facts did. */
   | { readonly kind: 'route'; readonly detail: string }
@@ -423,6 +429,8 @@ export interface ClusterDuty {
   /** Stable id (the class it is for). */
   readonly id: string;
   readonly tunnel: string;
+  /** The node label kept while the tunnel is up (the IR's pod kill switch names it). */
+  readonly nodeLabel: { readonly key: string; readonly value: string };
   /** What is kept, in words (`node label egressguard.dev/gateway-vpn=up`). */
   readonly what: string;
 }
