@@ -1,6 +1,7 @@
 import type { StepTimer } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import type { EvaluationState, HostIR, Packet, PolicyIR } from '../ir/index.js';
+import type { Policy } from '../policy/index.js';
 import type { CommandClass, Runner } from '../runner/index.js';
 
 /**
@@ -37,8 +38,30 @@ export interface Backend {
   readonly drops?: DropsSupport;
   readonly units?: UnitsSupport;
   readonly prove?: ProveSupport;
+  readonly selftest?: SelftestSupport;
   /** Present when the backend keeps state on a cluster from one of its nodes (`run --k8s`). */
   readonly cluster?: ClusterSupport;
+  readonly suites?: SuiteSupport;
+}
+
+/**
+ * A test suite generated from a policy's requirements and probes, for an environment egressguard
+ * cannot run itself (a cluster): `prove POLICY --emit FORMAT DIR`.
+ */
+export interface SuiteSupport {
+  /** The formats it writes (`chainsaw`). */
+  readonly formats: readonly string[];
+  /** The options it takes, each with its flag. */
+  readonly options: readonly BackendOption[];
+  /** Pure: the suite's files; throws a `usage` error with every problem of the input. */
+  emit(input: {
+    readonly format: string;
+    readonly policy: Policy;
+    readonly ir: HostIR;
+    /** The facts of the host the suite centres on (the gateway node). */
+    readonly facts: HostFacts;
+    readonly options: BackendOptions;
+  }): { readonly files: readonly Artifact[]; readonly notes: readonly string[] };
 }
 
 /** One file a backend writes (a ruleset, route specs, a unit, an anchor). */
@@ -91,6 +114,8 @@ export interface Capabilities {
   readonly runsHere: boolean;
   /** Enforces Kubernetes classes (pods); `explain` names its layer for them. */
   readonly supportsPodClasses?: boolean;
+  /** What `explain` says of a pod packet about where it is enforced, when supportsPodClasses. */
+  readonly podLayerNotes?: readonly string[];
 }
 
 export interface BackendContext {
@@ -359,6 +384,24 @@ export interface ProveSupport {
     layer: string,
     artifacts: readonly Artifact[],
   ): Promise<void>;
+}
+
+/** One check of a self-test, and the model assumption it confirms when it passes. */
+export interface SelftestCheck {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail: string;
+  /** The assumption of the backend's model this check confirms on the real tool, if any. */
+  readonly assumption: string | null;
+}
+
+/**
+ * `selftest`: the backend's own checks against the real enforcer of this machine, for backends
+ * tested here only against a model (pf): which of the model's assumptions hold.
+ */
+export interface SelftestSupport {
+  readonly description: string;
+  run(context: BackendContext): Promise<readonly SelftestCheck[]>;
 }
 
 /**

@@ -1,15 +1,16 @@
-import { isEgressguardError } from '../core/index.js';
+import { EgressguardError, isEgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import {
   createHostView,
   evaluatePacket,
+  evaluatePodPacket,
   lowerForHost,
   parsePacketArguments,
   type EvaluationState,
   type Explanation,
   type PacketArguments,
 } from '../ir/index.js';
-import type { Policy } from '../policy/index.js';
+import { didYouMean, type Policy } from '../policy/index.js';
 import { registry as defaultRegistry, type BackendRegistry } from '../backends/index.js';
 
 /** An explanation whose filter layer carries the name its backend gives it (Backend.layer). */
@@ -56,4 +57,51 @@ function filterLayerName(
     if (isEgressguardError(error) && error.code === 'unsupported') return 'filter';
     throw error;
   }
+}
+
+/**
+ * What happens to a packet a pod of a Kubernetes class sends (`explain --pod CLASS`): the layer
+ * is the pod network, named by the backend that enforces pod classes, with what that backend says
+ * about where its enforcement happens (a node's firewall never sees pod traffic).
+ */
+export function explainPodPacket(
+  policy: Policy,
+  facts: HostFacts,
+  packet: Omit<PacketArguments, 'from' | 'in' | 'fragment'> & { readonly pod: string },
+  options: Partial<EvaluationState> & { readonly registry?: BackendRegistry } = {},
+): PacketExplanation {
+  const names = policy.podClasses.map((c) => c.name);
+  if (!names.includes(packet.pod)) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot explain a packet of pod class "${packet.pod}": policy "${policy.name}" has no such Kubernetes class${didYouMean(packet.pod, names)}`,
+      {
+        hint:
+          names.length === 0
+            ? 'the policy has no class with "pods"; give --from for a host class'
+            : `use one of: ${names.join(', ')}`,
+      },
+    );
+  }
+  // A pod has no fixed address: the source is irrelevant, so the destination stands in for it
+  // while the rest of the packet is validated the one way explain validates packets.
+  const parsed = parsePacketArguments({ ...packet, from: packet.to });
+  const result = evaluatePodPacket(lowerForHost(policy, facts), createHostView(facts), {
+    podClass: packet.pod,
+    packet: {
+      family: parsed.family,
+      destination: parsed.destination,
+      protocol: parsed.protocol,
+      port: parsed.port,
+      icmpType: parsed.icmpType,
+    },
+    state: { tunnel: options.tunnel ?? 'up' },
+  });
+  const registry = options.registry ?? defaultRegistry;
+  const enforcer = registry.all().find((b) => b.capabilities.supportsPodClasses === true);
+  return {
+    ...result,
+    layers: result.layers.map((l) => (l === 'pod-network' ? (enforcer?.layer ?? l) : l)),
+    notes: [...result.notes, ...(enforcer?.capabilities.podLayerNotes ?? [])],
+  };
 }

@@ -14,4 +14,4 @@ export {
   type Prepared,
 } from './prepare-policy.js';
 export { applyPrepared, planPrepared } from './apply-prepared.js';
-export { explainPacket, type PacketExplanation } from './explain-packet.js';
+export { explainPacket, explainPodPacket, type PacketExplanation } from './explain-packet.js';

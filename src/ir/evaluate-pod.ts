@@ -1,7 +1,7 @@
 import { formatAddress, type Family } from '../core/index.js';
 import type { Protocol } from '../policy/index.js';
 import type { Decision, EvaluationState, Explanation, HostView, Layer } from './evaluate.js';
-import { carries, type HostIR, type HostPodClassIR, type RuleIR } from './nodes.js';
+import { carries, type HostIR, type RuleIR } from './nodes.js';
 
 /** A packet a pod sends: pods have no fixed address, so only what the rules match on. */
 export interface PodPacket {
@@ -43,6 +43,12 @@ export function evaluatePodPacket(
     layers: LAYERS_POD,
     notes: [...extra, ...notes],
   });
+  if (cls.killSwitch !== null) {
+    const { key, value } = cls.killSwitch.nodeLabel;
+    notes.push(
+      `Kill switch "${cls.killSwitch.id}": the gateway node carries label ${key}=${value} only while its tunnel is up; with no node carrying it, the egress gateway matches no node and drops the class's traffic instead of letting it leave by another device`,
+    );
+  }
   let steered = false;
   if (cls.via.kind === 'tunnel') {
     const tunnel = cls.via.interface;
@@ -115,9 +121,4 @@ function matchesPodRule(rule: RuleIR, packet: PodPacket): boolean {
     if (port === undefined || !ports.some((r) => r.from <= port && port <= r.to)) return false;
   }
   return true;
-}
-
-/** The pod class a HostIR names, for callers that hold only its name. */
-export function findPodClass(ir: HostIR, name: string): HostPodClassIR | undefined {
-  return ir.podClasses.find((c) => c.name === name);
 }

@@ -55,4 +55,4 @@ export {
   type ProbeResult,
 } from './evaluate-probes.js';
 export { gatewayLabel } from './gateway-label.js';
-export { evaluatePodPacket, findPodClass, type PodPacket } from './evaluate-pod.js';
+export { evaluatePodPacket, type PodPacket } from './evaluate-pod.js';

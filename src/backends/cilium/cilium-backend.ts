@@ -1,6 +1,7 @@
 import { ciliumClusterSupport } from './cluster-support.js';
 import { EgressguardError } from '../../core/index.js';
 import type { Applier, Backend, Inspector } from '../backend.js';
+import { CHAINSAW_OPTIONS, emitChainsawFromPolicy } from './chainsaw-from-policy.js';
 import { createCiliumCompiler, MANIFESTS_ARTIFACT } from './cilium-compiler.js';
 import { DEFAULT_CILIUM_VERSION, SUPPORTED_CILIUM_VERSIONS } from './cilium-version.js';
 
@@ -33,6 +34,10 @@ export const ciliumBackend: Backend = {
     supportsRuleCounters: false,
     runsHere: false,
     supportsPodClasses: true,
+    // shared/reference/cilium/NOTES.md, "eBPF host routing / EGW and node netfilter".
+    podLayerNotes: [
+      "Node nftables does not see this traffic: Cilium's eBPF host routing redirects pod packets past netfilter, on the pod's node and on the egress gateway (a property of the Cilium version and its Host Routing mode: `cilium status` shows \"Host Routing: BPF\"; with bpf.hostLegacyRouting=true it would pass netfilter). The gateway node's nftables table covers only what the node itself sends",
+    ],
   },
   options: [
     {
@@ -47,6 +52,11 @@ export const ciliumBackend: Backend = {
     return 'CiliumEgressGatewayPolicy and Cilium network policies labelled app.kubernetes.io/managed-by=egressguard';
   },
   createCompiler: createCiliumCompiler,
+  suites: {
+    formats: ['chainsaw'],
+    options: CHAINSAW_OPTIONS,
+    emit: (input) => emitChainsawFromPolicy(input),
+  },
   createApplier(): Applier {
     throw notHere('apply');
   },

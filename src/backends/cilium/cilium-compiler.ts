@@ -104,12 +104,20 @@ export function assertValidManifests(manifests: readonly CiliumManifest[], versi
   );
 }
 
+/** The name of a class's egress gateway policy (and of its network policy). */
+export function egressGatewayPolicyName(
+  ir: Pick<HostIR, 'name'>,
+  cls: Pick<HostPodClassIR, 'name'>,
+): string {
+  return `egressguard-${ir.name}-${cls.name}`;
+}
+
 function compileClass(
   ir: HostIR,
   cls: HostPodClassIR,
   context: { version: string; stamp: string },
 ): CiliumManifest[] {
-  const name = `egressguard-${ir.name}-${cls.name}`;
+  const name = egressGatewayPolicyName(ir, cls);
   const metadata: ObjectMeta = {
     name,
     labels: {

@@ -3,10 +3,13 @@ import type { CommandContext } from '../command-context.js';
 import { EgressguardError } from '../../core/index.js';
 import { parsePacketArguments, type PacketArguments } from '../../ir/index.js';
 import { EXIT } from '../exit-codes.js';
-import { explainPacket, requireFacts, requirePolicy } from '../../host/index.js';
+import { explainPacket, explainPodPacket, requireFacts, requirePolicy } from '../../host/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
 
-export interface ExplainOptions extends PacketArguments {
+export interface ExplainOptions extends Omit<PacketArguments, 'from'> {
+  readonly from?: string | undefined;
+  /** A Kubernetes class whose pod sends the packet (instead of --from). */
+  readonly pod?: string | undefined;
   /** The backend whose layers to name (default: the one for the facts' OS). */
   readonly target?: string | undefined;
   readonly tunnel?: string | undefined;
@@ -16,8 +19,18 @@ export interface ExplainOptions extends PacketArguments {
 
 /** `explain POLICY --from IP --to IP …`: what happens to this packet, and which layer decides. */
 export function runExplain(file: string, options: ExplainOptions, output: Output): number {
+  const { from, pod } = options;
+  if ((from === undefined) === (pod === undefined)) {
+    throw new EgressguardError(
+      'usage',
+      from === undefined
+        ? 'Cannot explain a packet without a source'
+        : 'Cannot explain a packet from both --from and --pod',
+      { hint: 'give --from IP for a host class, or --pod CLASS for a pod of a Kubernetes class' },
+    );
+  }
   // The packet first: a typo in it is reported before the policy is read.
-  parsePacketArguments(options);
+  parsePacketArguments({ ...options, from: from ?? options.to });
   const tunnel = options.tunnel ?? 'up';
   if (tunnel !== 'up' && tunnel !== 'down') {
     throw new EgressguardError('usage', `Cannot use --tunnel "${tunnel}"`, {
@@ -26,7 +39,15 @@ export function runExplain(file: string, options: ExplainOptions, output: Output
   }
   const { policy } = requirePolicy(file);
   const facts = requireFacts(file, options.facts);
-  const result = explainPacket(policy, facts, options, { tunnel, backend: options.target });
+  const result =
+    pod === undefined
+      ? explainPacket(
+          policy,
+          facts,
+          { ...options, from: from ?? '' },
+          { tunnel, backend: options.target },
+        )
+      : explainPodPacket(policy, facts, { ...options, pod }, { tunnel });
   const layers = result.layers;
   if (options.json === true) {
     printJson(output, {
@@ -73,7 +94,8 @@ export function registerExplain(program: Command, ctx: CommandContext): void {
       'What happens to one packet: class, verdict, deciding rule, exit interface, layers',
     )
     .argument('<policy>', 'policy file (YAML)')
-    .requiredOption('--from <ip>', 'source address')
+    .option('--from <ip>', 'source address (a host class)')
+    .option('--pod <class>', 'a pod of this Kubernetes class sends it (instead of --from)')
     .requiredOption('--to <ip>', 'destination address')
     .option('--in <iface>', 'ingress interface (default: found from the source)')
     .option('--proto <proto>', 'tcp, udp, icmp, gre, esp, ah, sctp or a number', 'tcp')
@@ -89,7 +111,7 @@ export function registerExplain(program: Command, ctx: CommandContext): void {
     .option('--json', 'print JSON: class, verdict, rule, via, layers, …')
     .addHelpText(
       'after',
-      '\nExample:\n  egressguard explain testdata/policies/valid/linux-vpn-gateway/policy.yaml \\\n    --from 10.10.0.5 --to 203.0.113.7 --proto tcp --port 443 --tunnel down',
+      '\nExample:\n  egressguard explain testdata/policies/valid/linux-vpn-gateway/policy.yaml \\\n    --from 10.10.0.5 --to 203.0.113.7 --proto tcp --port 443 --tunnel down\n  egressguard explain testdata/policies/valid/k3s-vpn-egress/policy.yaml \\\n    --pod vpn --to 203.0.113.7 --proto tcp --port 443 --tunnel down',
     )
     .action((file: string, opts: Parameters<typeof runExplain>[1]) => {
       ctx.setExit(runExplain(file, opts, ctx.output));
