@@ -1,8 +1,12 @@
 #!/usr/bin/env node
 // Fleet scale benchmark (issue 12): N simulated agents, the real agent client code (enrollment,
 // CA pinning, long poll, status reports) over HTTPS on loopback with a recording engine instead
-// of a firewall, against one controller (`egressguard server`, its own process), on SQLite and on
-// a private PostgreSQL cluster. Measures:
+// of a firewall, against one controller (`egressguard server`, its own process, with its own
+// host-IR binder: each push lowered once, compiled per distinct binding facts), on SQLite and on
+// a private PostgreSQL cluster. The simulated agents share one bundle hasher, so their compile of
+// a push (what a real agent does on its own host) runs once per push in this process, not 1,000
+// times. Each round pushes another steering priority (`options.rulePriority`): a change that is
+// enforced, so every host's hash changes (a comment alone would not). Measures:
 //  1. convergence: time from a push (one wave) until each agent applied its new hash, and until
 //     the controller saw every host converged (target p95 < 10 s at 1,000 agents);
 //  2. sustained check-ins per second with agents long-polling at a short interval, and the
@@ -32,10 +36,11 @@ import { setTimeout as delay } from 'node:timers/promises';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const bin = join(repo, 'bin/egressguard.js');
-const { createRecordingEngine, runAgent } = await import(join(repo, 'dist/agent/index.js'));
+const { createBundleHasher, createRecordingEngine, runAgent } = await import(
+  join(repo, 'dist/agent/index.js')
+);
 const { createRandom } = await import(join(repo, 'dist/core/index.js'));
 const { parseHostFacts } = await import(join(repo, 'dist/facts/index.js'));
-const { hashPolicyBundle } = await import(join(repo, 'dist/fleet/index.js'));
 const { createOperatorClient } = await import(join(repo, 'dist/server/index.js'));
 const { StateDir } = await import(join(repo, 'dist/state/index.js'));
 
@@ -186,12 +191,13 @@ async function benchStore(kind) {
   setMaxListeners(0, stop.signal); // every agent waits on it
   const applied = Array.from({ length: agentCount }, () => []);
   const agents = [];
+  const hashBundle = createBundleHasher();
   const enrollStart = performance.now();
   for (let i = 0; i < agentCount; i++) {
     const name = `sim-${String(i).padStart(5, '0')}`;
     const engine = createRecordingEngine({
       facts: parseHostFacts({ ...baseFacts, hostname: name }, name),
-      hashBundle: hashPolicyBundle,
+      hashBundle,
     });
     const timed = {
       ...engine,
@@ -229,9 +235,10 @@ async function benchStore(kind) {
     await sleep(2 * pollSeconds * 1000); // every agent back in its long poll
     const t0 = performance.now();
     const pushed = await operator.call('POST', '/v1/pushes', {
-      policy: `${policy}\n# bench round ${round}\n`,
+      policy,
       source: 'policy.yaml',
       rollout: { canary: 0, maxUnavailable: agentCount, bakeMs: 0 },
+      options: { rulePriority: String(7400 + round) },
     });
     let controllerSeconds;
     for (;;) {
@@ -299,9 +306,10 @@ async function benchStore(kind) {
       await sleep(2 * pollSeconds * 1000);
       const t0 = performance.now();
       await viaB.call('POST', '/v1/pushes', {
-        policy: `${policy}\n# bench replica round ${round}\n`,
+        policy,
         source: 'policy.yaml',
         rollout: { canary: 0, maxUnavailable: agentCount, bakeMs: 0 },
+        options: { rulePriority: String(7500 + round) },
       });
       while (
         applied.some((list) => !list.some((a) => a.at >= t0)) &&

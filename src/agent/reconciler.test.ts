@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { createRandom, packagePath } from '../core/index.js';
 import { parseHostFacts } from '../facts/index.js';
 import {
-  BUNDLE_FORMAT,
+  POLICY_DOCUMENT_FORMAT,
   DEFAULT_BACKOFF,
   backoffCeiling,
   hashPolicyBundle,
@@ -22,13 +22,13 @@ const FACTS = parseHostFacts(
 
 function bundleOf(policy: string): { bundle: HostBundle; hash: string } {
   const bundle: HostBundle = {
-    format: BUNDLE_FORMAT,
+    format: POLICY_DOCUMENT_FORMAT,
     pushId: 'p1',
     policy,
     source: 'policy.yaml',
     factsDigest: null,
   };
-  return { bundle, hash: hashPolicyBundle(bundle) };
+  return { bundle, hash: hashPolicyBundle(bundle, FACTS) };
 }
 
 function response(policy: string, tokens: Partial<BundleResponse> = {}): BundleResponse {

@@ -1,7 +1,9 @@
 import type { HostFacts } from '../facts/index.js';
 import {
+  BUNDLE_FORMAT,
   DEFAULT_BACKOFF,
   FailureBudget,
+  digestBindingFacts,
   digestFacts,
   type BackoffPolicy,
   type BundleResponse,
@@ -120,8 +122,11 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
       target !== null &&
       (target !== this.#appliedHash || live.hash !== target || this.#forcePending);
     const now = this.#clock.now();
-    if (needed && target !== this.#invalidHash && this.#budget.isDue(target, now)) {
-      const attempt = await this.#attempt(target, bundle, facts, onAttempt);
+    const attempt =
+      needed && target !== this.#invalidHash && this.#budget.isDue(target, now)
+        ? await this.#attempt(target, bundle, facts, onAttempt)
+        : undefined;
+    if (attempt !== undefined) {
       report.attempt = attempt;
       live = await this.#engine.readStatus();
       if (drifted) {
@@ -164,7 +169,7 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     bundle: NonNullable<BundleResponse['bundle']>,
     facts: HostFacts,
     onAttempt: ((record: AttemptRecord) => void) | undefined,
-  ): Promise<NonNullable<StatusReport['attempt']>> {
+  ): Promise<NonNullable<StatusReport['attempt']> | undefined> {
     const number = this.#budget.attemptNumber(target);
     const started = this.#clock.now();
     const prepared = await this.#engine.prepare(bundle, facts);
@@ -177,6 +182,11 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
         message: prepared.message,
         durationMs: this.#clock.now() - started,
       };
+    }
+    if (prepared.prepared.hash !== target && isStale(bundle, facts)) {
+      // Bound to facts this host no longer has: this round's report carries the new facts and
+      // the controller binds again (another hash). Not an attempt, and not invalid.
+      return undefined;
     }
     if (prepared.prepared.hash !== target) {
       // Agent and controller disagree on the hash (their versions differ): applying would loop.
@@ -219,6 +229,15 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
       nextAttemptInMs: delay,
     };
   }
+}
+
+/** A host-IR bundle the controller bound to other facts than this host has now. */
+function isStale(bundle: NonNullable<BundleResponse['bundle']>, facts: HostFacts): boolean {
+  return (
+    bundle.format === BUNDLE_FORMAT &&
+    bundle.factsDigest !== null &&
+    bundle.factsDigest !== digestBindingFacts(facts)
+  );
 }
 
 /** What makes a report worth sending again: hashes and drift (counters alone are not). */

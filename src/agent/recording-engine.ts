@@ -1,5 +1,12 @@
 import type { HostFacts } from '../facts/index.js';
-import type { HashBundle, HostBundle } from '../fleet/index.js';
+import {
+  POLICY_DOCUMENT_FORMAT,
+  compileBundle,
+  digestBindingFacts,
+  hashPolicyBundle,
+  type HashBundle,
+  type HostBundle,
+} from '../fleet/index.js';
 import type { ApplyOutcome, HostEngine, LiveStatus, PreparedGeneration } from './host-engine.js';
 
 interface RecordedGeneration extends PreparedGeneration {
@@ -22,10 +29,17 @@ export interface RecordingEngine extends HostEngine<RecordedGeneration> {
   setFacts(facts: HostFacts): void;
 }
 
+/** What the markers are looked for in: the policy document, or the IR and the pushed options. */
+function textOf(bundle: HostBundle): string {
+  return bundle.format === POLICY_DOCUMENT_FORMAT
+    ? bundle.policy
+    : JSON.stringify([bundle.ir, bundle.options]);
+}
+
 /**
  * Records bundles instead of applying them: the agent's protocol runs for real (over HTTP, with
  * backoff, drift and reports) while nothing on the host changes. Used by the scale benchmark and
- * the protocol tests; the firewall engine arrives in phase B.
+ * the protocol tests; `createFirewallEngine` is the one that applies.
  */
 export function createRecordingEngine(options: {
   facts: HostFacts;
@@ -41,16 +55,19 @@ export function createRecordingEngine(options: {
     applies,
     readFacts: () => Promise.resolve(facts),
     prepare: (bundle) => {
-      if (marker !== undefined && bundle.policy.includes(marker.text)) {
+      if (marker !== undefined && textOf(bundle).includes(marker.text)) {
         return Promise.resolve({ ok: false, message: marker.message });
       }
-      return Promise.resolve({ ok: true, prepared: { hash: options.hashBundle(bundle), bundle } });
+      return Promise.resolve({
+        ok: true,
+        prepared: { hash: options.hashBundle(bundle, facts), bundle },
+      });
     },
     apply: (prepared): Promise<ApplyOutcome> => {
       const failing =
         failure === undefined ||
         (failure.onlyContaining !== undefined &&
-          !prepared.bundle.policy.includes(failure.onlyContaining))
+          !textOf(prepared.bundle).includes(failure.onlyContaining))
           ? undefined
           : failure.message;
       applies.push({ hash: prepared.hash, ok: failing === undefined });
@@ -79,5 +96,27 @@ export function createRecordingEngine(options: {
     setFacts: (next) => {
       facts = next;
     },
+  };
+}
+
+/**
+ * The hash a recording engine reports for a bundle: a policy document's own hash, or a host-IR
+ * bundle compiled for the facts as the firewall engine would, once per push, options and binding
+ * facts (a benchmark's thousand agents alike share one compile). A bundle that does not compile
+ * gets a hash no controller sent, so the agent reports it as not matching.
+ */
+export function createBundleHasher(): HashBundle {
+  const cache = new Map<string, string>();
+  return (bundle, facts) => {
+    if (bundle.format === POLICY_DOCUMENT_FORMAT) return hashPolicyBundle(bundle, facts);
+    const key = JSON.stringify([bundle.pushId, bundle.options, digestBindingFacts(facts)]);
+    let hash = cache.get(key);
+    if (hash === undefined) {
+      const result = compileBundle(bundle, facts);
+      hash = result.ok ? result.compiled.hash : '0'.repeat(64);
+      if (cache.size >= 1_000) cache.clear();
+      cache.set(key, hash);
+    }
+    return hash;
   };
 }

@@ -12,3 +12,4 @@ export {
   type PendingConfirm,
 } from './confirm-timer.js';
 export { runResident, type ResidentLogEntry } from './run-resident.js';
+export { startGatewayLoop, type GatewayLoop } from './run-gateway.js';

@@ -29,6 +29,10 @@ export interface ResidentLogEntry {
     | 'readded-routes'
     | 'waiting'
     | 'skipped'
+    /** The cluster side (run --k8s): this node's gateway mark set, removed, policies re-applied. */
+    | 'marked'
+    | 'unmarked'
+    | 'reapplied-cluster'
     | 'error';
   readonly message: string;
 }
@@ -53,6 +57,8 @@ export async function runResident(input: {
   refresh?: () => Promise<{ readonly hash: string; apply(): Promise<RefreshApplied> }>;
   /** The hash the resident applied from its policy when it started. */
   ownHash?: string;
+  /** Told of every event and of the end of every reconcile (the gateway loop listens). */
+  onChange?: (reason: string) => void;
 }): Promise<void> {
   const context = { runner: input.runner, options: input.options };
   const watcher = input.backend.createWatcher?.(context);
@@ -97,7 +103,11 @@ export async function runResident(input: {
       let next: string | undefined = reason;
       while (next !== undefined && !input.signal.aborted) {
         pass.again = undefined;
-        await reconcileOnce(next);
+        try {
+          await reconcileOnce(next);
+        } finally {
+          input.onChange?.(`reconciled after ${next}`);
+        }
         next = pass.again;
       }
     } finally {
@@ -237,6 +247,7 @@ export async function runResident(input: {
           : event.kind === 'route'
             ? `route: ${event.detail}`
             : 'periodic check';
+    if (event.kind !== 'tick') input.onChange?.(reason);
     reconcile(reason).catch((error: unknown) => {
       log('error', `Cannot re-converge: ${(error as Error).message}`);
     });

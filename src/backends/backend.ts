@@ -39,6 +39,8 @@ export interface Backend {
   readonly units?: UnitsSupport;
   readonly prove?: ProveSupport;
   readonly suites?: SuiteSupport;
+  /** Present when the backend keeps state on a cluster from one of its nodes (`run --k8s`). */
+  readonly cluster?: ClusterSupport;
 }
 
 /**
@@ -173,6 +175,8 @@ export interface LiveProblem {
    * through a tunnel that is down or absent); null when it can be put right now.
    */
   readonly waitingFor: string | null;
+  /** The tunnel a missing route goes through, up or not (a gateway is not routable without it). */
+  readonly through?: string;
 }
 
 /** What is live now, as the inspector reads it back. */
@@ -373,4 +377,59 @@ export interface ProveSupport {
     layer: string,
     artifacts: readonly Artifact[],
   ): Promise<void>;
+}
+
+/**
+ * What a node keeps true on its cluster while a tunnel it carries is up (`run --k8s`), and the
+ * cluster's own checklist (`doctor --k8s`). The resident reads the tunnel from the host's
+ * backend and calls `converge` on every change; how the cluster is told is the backend's.
+ */
+export interface ClusterSupport {
+  /** What it keeps, for `--help`. */
+  readonly description: string;
+  /** One duty per tunnel the cluster steers through a node, from the policy. */
+  duties(policy: PolicyIR): readonly ClusterDuty[];
+  connect(input: {
+    /** A kubeconfig-style credentials file; absent: the pod's in-cluster credentials. */
+    readonly credentials: string | undefined;
+    /** The cluster's name for this node; absent: the backend's default (env, hostname). */
+    readonly node: string | undefined;
+  }): Promise<ClusterConnection>;
+  /** What must hold on the cluster; read through its API when credentials are given. */
+  diagnose(input: { readonly credentials: string | undefined }): Promise<DoctorReport>;
+}
+
+/** One thing a node keeps on its cluster for one tunnel. */
+export interface ClusterDuty {
+  /** Stable id (the class it is for). */
+  readonly id: string;
+  readonly tunnel: string;
+  /** What is kept, in words (`node label egressguard.dev/gateway-vpn=up`). */
+  readonly what: string;
+}
+
+/** What one converge did on the cluster. */
+export interface ClusterChange {
+  /** The node's mark (its label) was added or removed. */
+  readonly changed: boolean;
+  /** The node carries the mark now. */
+  readonly marked: boolean;
+  /** The cluster objects it re-applied (the egress policies that select the mark). */
+  readonly reapplied: readonly string[];
+}
+
+/** A node's connection to its cluster. */
+export interface ClusterConnection {
+  readonly node: string;
+  /** The API server, as the credentials name it. */
+  readonly server: string;
+  /**
+   * Makes the cluster reflect whether the duty's tunnel is up and routable: marks the node when
+   * it is (re-applying what selects the mark when the mark comes back, and on the first call),
+   * unmarks it when not. Idempotent; retries conflicts and server errors, then throws.
+   */
+  converge(duty: ClusterDuty, up: boolean): Promise<ClusterChange>;
+  /** Its metrics in Prometheus text format. */
+  metrics(): Promise<{ readonly contentType: string; readonly text: string }>;
+  close(): Promise<void>;
 }

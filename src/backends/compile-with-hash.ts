@@ -2,8 +2,10 @@ import { BLANK_STAMP, hostConfigHash, type HostIR } from '../ir/index.js';
 import type { Artifact, ArtifactRole, Backend, BackendOptions } from './backend.js';
 
 /**
- * Compiles once with the blank stamp, hashes that, then writes the hash into the stamp: the hash
- * covers every artifact with the stamp itself blanked, so it is what a recompile would give.
+ * Compiles once with the blank stamp, hashes that, then compiles again with the hash as the
+ * stamp: the hash covers every artifact with the stamp itself blanked, so it is what a recompile
+ * would give. Compiling again (not replacing the text) lets a backend carry the stamp in its own
+ * shape (pf splits it over two labels, each at most 63 bytes).
  */
 export function compileWithHash(
   backend: Pick<Backend, 'createCompiler'>,
@@ -19,13 +21,11 @@ export function compileWithHash(
   });
   const hash = hostConfigHash({ ir: input.ir, artifacts: blank, versions: input.versions });
   const stamp = `eg-hash:${hash}`;
-  return {
-    artifacts: blank.map((a) => ({
-      name: a.name,
-      content: a.content.replaceAll(BLANK_STAMP, stamp),
-    })),
-    hash,
-  };
+  const artifacts = backend.createCompiler().compile(input.ir, {
+    options: input.options ?? {},
+    stamp,
+  });
+  return { artifacts: [...artifacts], hash };
 }
 
 /** The artifact a backend declares for a role (the lockdown, say), if it compiled one. */

@@ -27,19 +27,26 @@ describe.each(registry.names())('golden files of backend %s', (backend) => {
     const dir = join(VALID, name);
     const unsupported = join(dir, `unsupported.${backend}.txt`);
     const goldens = readdirSync(dir).filter((f) => f.startsWith(`expected.${backend}.`));
+    // The compiler's own refusal, if it refuses the policy.
+    let refused: unknown;
+    try {
+      compileCase(backend, name);
+    } catch (error) {
+      refused = error;
+    }
+    if (update && isEgressguardError(refused) && refused.code === 'unsupported') {
+      writeFileSync(unsupported, `${refused.message}\n`);
+    }
     if (existsSync(unsupported)) {
       expect(readFileSync(unsupported, 'utf8').trim(), `${unsupported} gives no reason`).not.toBe(
         '',
       );
       expect(goldens, 'a cell is either unsupported or has golden files').toEqual([]);
-      // The reason is the compiler's own: it refuses the policy.
-      let refused: unknown;
-      try {
-        compileCase(backend, name);
-      } catch (error) {
-        refused = error;
-      }
       expect(isEgressguardError(refused) ? refused.code : refused).toBe('unsupported');
+      // The file states the compiler's exact refusal.
+      expect(isEgressguardError(refused) ? refused.message : '').toBe(
+        readFileSync(unsupported, 'utf8').trim(),
+      );
       return;
     }
     const artifacts = compileCase(backend, name);

@@ -1,9 +1,10 @@
 import { EgressguardError } from '../core/index.js';
 import type { HostFacts } from '../facts/index.js';
 import type { CommandClassifier } from '../runner/index.js';
-import type { Backend, BackendOption } from './backend.js';
+import type { Backend, BackendOption, ClusterSupport } from './backend.js';
 import { ciliumBackend } from './cilium/index.js';
 import { nftablesBackend } from './nftables/index.js';
+import { pfBackend } from './pf/index.js';
 
 /** The backends a build knows, by name, and which one enforces on each OS. */
 export class BackendRegistry {
@@ -47,6 +48,17 @@ export class BackendRegistry {
     return [...this.backends.values()];
   }
 
+  /** The cluster side of a node (`run --k8s`, `doctor --k8s`), from the backend that has one. */
+  cluster(): ClusterSupport {
+    const support = this.all().find((b) => b.cluster !== undefined)?.cluster;
+    if (support === undefined) {
+      throw new EgressguardError('unsupported', 'No backend of this build works with a cluster', {
+        hint: `the backends are: ${this.names().join(', ')}`,
+      });
+    }
+    return support;
+  }
+
   /** How each backend's own tools read or change state, for the root-namespace guard. */
   classifiers(): CommandClassifier[] {
     return this.all().flatMap((b) => (b.classifyCommand === undefined ? [] : [b.classifyCommand]));
@@ -69,4 +81,5 @@ export class BackendRegistry {
 /** The backends of this build. Adding a backend is a folder under src/backends/ and one line here. */
 export const registry = new BackendRegistry()
   .register(nftablesBackend, { defaultFor: 'linux' })
+  .register(pfBackend, { defaultFor: 'darwin' })
   .register(ciliumBackend);

@@ -11,6 +11,8 @@ export type ErrorCode =
   | 'state-corrupt'
   | 'apply-failed'
   | 'partially-applied'
+  /** A cluster's API refused or failed a call (after its retries). */
+  | 'cluster-api'
   | 'unsupported';
 
 /** The one runtime error class: a stable `code`, a sentence-case message, and the `cause`. */

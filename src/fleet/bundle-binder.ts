@@ -1,7 +1,17 @@
 import { createHash } from 'node:crypto';
+import type { BackendRegistry } from '../backends/index.js';
 import type { HostFacts } from '../facts/index.js';
+import { lowerPolicy, type PolicyIR } from '../ir/index.js';
 import { hasErrors, parsePolicy, type PolicyIssue } from '../policy/index.js';
-import { BUNDLE_FORMAT, type HostBundle } from './protocol.js';
+import { compileBundle, digestBindingFacts } from './compile-bundle.js';
+import { decodePolicyIr, encodePolicyIr } from './ir-codec.js';
+import {
+  BUNDLE_FORMAT,
+  POLICY_DOCUMENT_FORMAT,
+  type HostBundle,
+  type HostIrBundle,
+  type PolicyDocumentBundle,
+} from './protocol.js';
 
 /** One host as the binder sees it: what its agent reported. */
 export interface BindTarget {
@@ -25,27 +35,42 @@ export type PrepareResult<P> =
     }
   | { readonly ok: false; readonly issues: readonly PolicyIssue[] };
 
+/** A push as the binder gets it: the policy text and the backend options pushed with it. */
+export interface PushInput {
+  readonly text: string;
+  readonly source: string;
+  readonly pushId: string;
+  readonly options: Readonly<Record<string, string>>;
+}
+
 /**
- * How the controller turns a pushed policy into each host's bundle and desired hash. Phase A binds
- * the validated policy document; phase B lowers it once to the host-independent IR and binds and
- * compiles it per host (the same interface, another implementation).
+ * How the controller turns a pushed policy into each host's bundle and desired hash:
+ * `createHostIrBinder` lowers it once to the host-independent IR and compiles it per host's facts
+ * (the server's binder); `createPolicyDocumentBinder` binds the document itself, for protocol
+ * tests and benchmarks with the recording engine.
  */
 export interface BundleBinder<P = unknown> {
   /** Validates a pushed policy, once per push. */
-  preparePolicy(text: string, source: string, pushId: string): PrepareResult<P>;
+  preparePolicy(push: PushInput): PrepareResult<P>;
   /** Binds it to one host; deterministic, so a bundle can be bound again instead of stored. */
   bindHost(prepared: P, target: BindTarget): BindResult;
 }
 
-/** The desired hash of a bundle (injected: phase B hashes the compiled host config instead). */
-export type HashBundle = (bundle: HostBundle) => string;
+/** The desired hash of a bundle for a host of these facts (what the recording engine reports). */
+export type HashBundle = (bundle: HostBundle, facts: HostFacts) => string;
 
-/** sha256 over the bundle's canonical JSON and the bundle format: a policy-only change changes it. */
-export const hashPolicyBundle: HashBundle = (bundle) =>
-  createHash('sha256')
-    .update(`${BUNDLE_FORMAT}\n`)
+/** A policy-document bundle's hash: sha256 over the document and the facts digest it was bound to. */
+export const hashPolicyBundle: HashBundle = (bundle) => {
+  if (bundle.format !== POLICY_DOCUMENT_FORMAT) {
+    throw new Error(
+      `hashPolicyBundle takes ${POLICY_DOCUMENT_FORMAT} bundles, not ${bundle.format}`,
+    );
+  }
+  return createHash('sha256')
+    .update(`${POLICY_DOCUMENT_FORMAT}\n`)
     .update(JSON.stringify([bundle.policy, bundle.factsDigest]))
     .digest('hex');
+};
 
 interface PreparedDocument {
   readonly pushId: string;
@@ -53,10 +78,15 @@ interface PreparedDocument {
   readonly source: string;
 }
 
-/** Phase A's binder: the validated policy document plus the facts digest it was bound to. */
-export function createPolicyDocumentBinder(hashBundle: HashBundle): BundleBinder<PreparedDocument> {
+/**
+ * Binds the validated policy document plus the facts digest: no compile, for the recording engine
+ * (protocol tests and benchmarks that say so). The server's binder is `createHostIrBinder`.
+ */
+export function createPolicyDocumentBinder(
+  hashBundle: HashBundle = hashPolicyBundle,
+): BundleBinder<PreparedDocument> {
   return {
-    preparePolicy(text, source, pushId) {
+    preparePolicy({ text, source, pushId }) {
       // List files would be read on the controller: the pushed text must stand alone.
       const parsed = parsePolicy(text, `/nonexistent/egressguard-push/${source}`);
       const issues = parsed.issues.map((issue) => ({ ...issue, file: source }));
@@ -69,14 +99,96 @@ export function createPolicyDocumentBinder(hashBundle: HashBundle): BundleBinder
       };
     },
     bindHost(prepared, target) {
-      const bundle: HostBundle = {
-        format: BUNDLE_FORMAT,
+      const bundle: PolicyDocumentBundle = {
+        format: POLICY_DOCUMENT_FORMAT,
         pushId: prepared.pushId,
         policy: prepared.text,
         source: prepared.source,
         factsDigest: target.factsDigest,
       };
-      return { ok: true, bundle, hash: hashBundle(bundle) };
+      return {
+        ok: true,
+        bundle,
+        hash: hashBundle(bundle, target.facts ?? ({} as HostFacts)),
+      };
+    },
+  };
+}
+
+interface PreparedIr {
+  readonly pushId: string;
+  readonly source: string;
+  readonly ir: PolicyIR;
+  readonly encoded: unknown;
+  readonly options: Readonly<Record<string, string>>;
+}
+
+/**
+ * The server's binder: lowers a push once to the host-independent IR, then binds and compiles it
+ * for each host's reported facts to know its desired hash, with the compile cached by the binding
+ * facts' digest (hosts alike, as most of a fleet is, cost one compile per push). The bundle the
+ * agent gets is the IR and the options, not the artifacts: it compiles them itself.
+ */
+export function createHostIrBinder(
+  options: { readonly registry?: BackendRegistry; readonly cacheSize?: number } = {},
+): BundleBinder<PreparedIr> {
+  const cacheSize = options.cacheSize ?? 10_000;
+  const compiled = new Map<string, { hash: string; factsDigest: string }>();
+  return {
+    preparePolicy({ text, source, pushId, options: pushed }) {
+      const parsed = parsePolicy(text, `/nonexistent/egressguard-push/${source}`);
+      const issues = parsed.issues.map((issue) => ({ ...issue, file: source }));
+      if (hasErrors(issues) || parsed.policy === undefined) return { ok: false, issues };
+      const encoded = encodePolicyIr(lowerPolicy(parsed.policy));
+      // Compiled from the IR as the agent decodes it, so both compute the same hash.
+      const decoded = decodePolicyIr(encoded);
+      if (!decoded.ok) throw new Error(`Cannot encode the IR of "${source}": ${decoded.message}`);
+      return {
+        ok: true,
+        prepared: { pushId, source, ir: decoded.ir, encoded, options: { ...pushed } },
+        digest: createHash('sha256')
+          .update(text)
+          .update(JSON.stringify(Object.entries(pushed).sort()))
+          .digest('hex'),
+        warnings: issues,
+      };
+    },
+    bindHost(prepared, target) {
+      if (target.facts === null) {
+        return {
+          ok: false,
+          reason: 'NoFacts',
+          message: `host "${target.hostName}" has not reported its facts yet`,
+        };
+      }
+      const factsDigest = digestBindingFacts(target.facts);
+      const key = `${prepared.pushId}\n${factsDigest}`;
+      let known = compiled.get(key);
+      if (known === undefined) {
+        const result = compileBundle(
+          { ir: prepared.encoded, options: prepared.options },
+          target.facts,
+          {
+            ir: prepared.ir,
+            ...(options.registry === undefined ? {} : { registry: options.registry }),
+          },
+        );
+        if (!result.ok) {
+          return { ok: false, reason: 'BundleInvalidForHost', message: result.message };
+        }
+        known = { hash: result.compiled.hash, factsDigest };
+        if (compiled.size >= cacheSize) compiled.clear();
+        compiled.set(key, known);
+      }
+      const bundle: HostIrBundle = {
+        format: BUNDLE_FORMAT,
+        pushId: prepared.pushId,
+        source: prepared.source,
+        ir: prepared.encoded,
+        options: prepared.options,
+        factsDigest: known.factsDigest,
+      };
+      return { ok: true, bundle, hash: known.hash };
     },
   };
 }

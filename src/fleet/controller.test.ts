@@ -66,7 +66,7 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     const base = createPolicyDocumentBinder(hashPolicyBundle);
     // Phase B's compile failure for one host's facts, as a binder that refuses "db-1" for one policy.
     const binder: BundleBinder = {
-      preparePolicy: (text, source, pushId) => base.preparePolicy(text, source, pushId),
+      preparePolicy: (push) => base.preparePolicy(push),
       bindHost: (prepared, target) =>
         target.hostName === 'db-1' && (prepared as { text: string }).text.includes('needs-wg9')
           ? {

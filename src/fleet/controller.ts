@@ -602,12 +602,24 @@ export class Controller {
 
   /** Validates a policy and starts rolling it out in waves; supersedes any unfinished rollout. */
   async push(
-    input: { text: string; source: string; rollout?: RolloutParamsInput },
+    input: {
+      text: string;
+      source: string;
+      rollout?: RolloutParamsInput;
+      /** Backend options for every host's compile (`--rule-priority`…). */
+      options?: Readonly<Record<string, string>>;
+    },
     actor: string,
     kind: 'push' | 'rollback' = 'push',
   ): Promise<PushResult> {
     const pushId = createId('p');
-    const prepared = this.#binder.preparePolicy(input.text, input.source, pushId);
+    const options = input.options ?? {};
+    const prepared = this.#binder.preparePolicy({
+      text: input.text,
+      source: input.source,
+      pushId,
+      options,
+    });
     if (!prepared.ok) return { ok: false, issues: prepared.issues };
     this.#prepared.set(pushId, prepared.prepared);
     const now = this.#clock.now();
@@ -622,6 +634,7 @@ export class Controller {
           source: input.source,
           kind,
           created_at: now,
+          backend_options: JSON.stringify(options),
         })
         .execute();
       await this.#supersedeRollouts(trx, rolloutId);
@@ -686,7 +699,7 @@ export class Controller {
   ): Promise<PushResult & { restoredPushId?: string }> {
     const pushes = await this.#store.db
       .selectFrom('pushes')
-      .select(['id', 'policy_text', 'source', 'policy_digest'])
+      .select(['id', 'policy_text', 'source', 'policy_digest', 'backend_options'])
       .orderBy('seq', 'desc')
       .limit(50)
       .execute();
@@ -701,6 +714,7 @@ export class Controller {
       {
         text: previous.policy_text,
         source: previous.source,
+        options: JSON.parse(previous.backend_options) as Record<string, string>,
         rollout: { canary: 0, maxUnavailable: 1_000_000, bakeMs: 0, ...rollout },
       },
       actor,
@@ -1241,10 +1255,15 @@ export class Controller {
     if (prepared === undefined) {
       const push = await db
         .selectFrom('pushes')
-        .select(['policy_text', 'source'])
+        .select(['policy_text', 'source', 'backend_options'])
         .where('id', '=', pushId)
         .executeTakeFirstOrThrow();
-      const again = this.#binder.preparePolicy(push.policy_text, push.source, pushId);
+      const again = this.#binder.preparePolicy({
+        text: push.policy_text,
+        source: push.source,
+        pushId,
+        options: JSON.parse(push.backend_options) as Record<string, string>,
+      });
       if (!again.ok) {
         return {
           ok: false,

@@ -10,6 +10,7 @@ export {
   type WaveView,
 } from './controller.js';
 export {
+  createHostIrBinder,
   createPolicyDocumentBinder,
   digestFacts,
   hashPolicyBundle,
@@ -18,7 +19,15 @@ export {
   type BundleBinder,
   type HashBundle,
   type PrepareResult,
+  type PushInput,
 } from './bundle-binder.js';
+export {
+  compileBundle,
+  digestBindingFacts,
+  type CompileBundleResult,
+  type CompiledBundle,
+} from './compile-bundle.js';
+export { decodePolicyIr, encodePolicyIr, type DecodeResult } from './ir-codec.js';
 export { systemClock, type Clock } from './clock.js';
 export {
   connectController,

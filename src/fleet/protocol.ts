@@ -2,11 +2,22 @@ import { z } from 'zod';
 
 /**
  * The wire between agent and controller. Every body is validated with these schemas on arrival,
- * by the controller and by the agent alike. The bundle is the one part phase B replaces (the IR
- * bound to the host's facts instead of the policy text): `hostBundleSchema` and the binder change,
- * the envelope does not.
+ * by the controller and by the agent alike.
  */
-export const BUNDLE_FORMAT = 'egressguard/bundle/policy-document-v0';
+
+/**
+ * The bundle a controller sends: the host-independent IR of the pushed policy and the push's
+ * backend options, bound to the facts the host reported (by their digest). The agent binds and
+ * compiles it itself, with its own compiler and its own facts, and writes only its own table or
+ * anchor: a compromised controller is not root on every host.
+ */
+export const BUNDLE_FORMAT = 'egressguard/bundle/host-ir-v1';
+
+/**
+ * Phase A's bundle, the validated policy document: only the recording engine takes it (protocol
+ * tests and benchmarks that say so, with `createPolicyDocumentBinder`); the firewall engine refuses it.
+ */
+export const POLICY_DOCUMENT_FORMAT = 'egressguard/bundle/policy-document-v0';
 
 const hash = z.string().regex(/^[0-9a-f]{64}$/, 'a sha256 hex digest');
 const hostName = z
@@ -15,14 +26,40 @@ const hostName = z
   .max(253)
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'letters, digits, ".", "_" and "-"');
 
-/** What an agent gets to apply: the pushed policy and the facts the controller bound it to. */
-export const hostBundleSchema = z.strictObject({
+/** Backend options a push carries (`--rule-priority`…); keys and values are short plain text. */
+export const pushOptionsSchema = z
+  .record(
+    z.string().regex(/^[A-Za-z][A-Za-z0-9]{0,63}$/, 'an option key such as rulePriority'),
+    z.string().max(256),
+  )
+  .refine((o) => Object.keys(o).length <= 32, 'at most 32 options');
+
+export const hostIrBundleSchema = z.strictObject({
   format: z.literal(BUNDLE_FORMAT),
+  pushId: z.string().max(64),
+  source: z.string().max(1024),
+  /** The host-independent IR, encoded (`encodePolicyIr`); the agent validates it on decoding. */
+  ir: z.unknown(),
+  options: pushOptionsSchema,
+  /** The digest of the binding facts (`digestBindingFacts`) the controller compiled for. */
+  factsDigest: z.string().nullable(),
+});
+export type HostIrBundle = z.infer<typeof hostIrBundleSchema>;
+
+export const policyDocumentBundleSchema = z.strictObject({
+  format: z.literal(POLICY_DOCUMENT_FORMAT),
   pushId: z.string(),
   policy: z.string(),
   source: z.string(),
   factsDigest: z.string().nullable(),
 });
+export type PolicyDocumentBundle = z.infer<typeof policyDocumentBundleSchema>;
+
+/** What an agent gets to apply. */
+export const hostBundleSchema = z.discriminatedUnion('format', [
+  hostIrBundleSchema,
+  policyDocumentBundleSchema,
+]);
 export type HostBundle = z.infer<typeof hostBundleSchema>;
 
 export const enrollRequestSchema = z.strictObject({

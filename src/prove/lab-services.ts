@@ -16,7 +16,8 @@ export function labScript(name: 'echo.py' | 'probe.py' | 'sender.py'): string {
   return path;
 }
 
-const READY_TIMEOUT_MS = 5000;
+// Generous: a Python start beside a busy machine (load 15 on 2 cores) took over 5 s.
+const READY_TIMEOUT_MS = 30_000;
 
 /**
  * Makes the planned lab answer: the far sides' addresses (on their loopback) and echo services,
@@ -111,20 +112,28 @@ export async function startService(
   });
   const undefer = lab.defer(() => running.stop());
   const lines = running.lines[Symbol.asyncIterator]();
+  let timer: NodeJS.Timeout | undefined;
   const ready = await Promise.race([
-    lines.next().then((r) => (r.done === true ? undefined : r.value)),
-    new Promise<undefined>((resolve) => {
-      setTimeout(() => {
-        resolve(undefined);
+    lines.next().then((r) => (r.done === true ? 'ended' : r.value)),
+    new Promise<'timed out'>((resolve) => {
+      timer = setTimeout(() => {
+        resolve('timed out');
       }, READY_TIMEOUT_MS);
     }),
   ]);
-  if (ready === undefined || !ready.includes('"ready"')) {
+  clearTimeout(timer);
+  if (!ready.includes('"ready"')) {
     await running.stop();
     undefer();
+    const why =
+      ready === 'ended'
+        ? 'it exited before reporting ready'
+        : ready === 'timed out'
+          ? `it did not report ready within ${String(READY_TIMEOUT_MS)} ms`
+          : `it reported ${ready} instead of ready`;
     throw new EgressguardError(
       'command-failed',
-      `Cannot start the lab service "echo.py ${args.join(' ')}" in node "${node}": it never reported ready`,
+      `Cannot start the lab service "echo.py ${args.join(' ')}" in node "${node}": ${why}`,
     );
   }
   return async () => {

@@ -1,4 +1,5 @@
 import { EgressguardError } from '../core/index.js';
+import type { RunningCommand } from '../runner/index.js';
 import type { Lab } from './lab/create-lab.js';
 import type { ProbeKind } from './lab-probes.js';
 import { labScript } from './lab-services.js';
@@ -86,7 +87,7 @@ export function startStream(
       if (!(await Promise.race([sending, ended]))) {
         throw new EgressguardError(
           'command-failed',
-          `The traffic stream of lab node "${node}" ended before it sent a packet: "${lines.join(' ').slice(0, 200)}"`,
+          `The traffic stream of lab node "${node}" ended before it sent a packet: ${said(running, lines)}`,
         );
       }
     },
@@ -102,11 +103,18 @@ export function startStream(
         } catch {
           throw new EgressguardError(
             'command-failed',
-            `Cannot read what the traffic stream of lab node "${node}" sent: "${lines.join(' ').slice(0, 200)}"`,
+            `Cannot read what the traffic stream of lab node "${node}" sent: ${said(running, lines)}`,
           );
         }
       })();
       return stopping;
     },
   };
+}
+
+/** What a stream wrote, for an error: its output, else the end of its stderr (a traceback). */
+function said(running: RunningCommand, lines: readonly string[]): string {
+  const out = lines.join(' ').slice(0, 200);
+  const err = running.stderr().trim().split('\n').slice(-3).join(' ').slice(0, 400);
+  return `output "${out}"${err === '' ? '' : `, stderr "${err}"`}`;
 }

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import {
   RefusedError,
   bundleQuerySchema,
+  pushOptionsSchema,
   enrollRequestSchema,
   statusReportSchema,
   type BundleQuery,
@@ -38,6 +39,8 @@ const pushSchema = z.strictObject({
   policy: z.string().min(1),
   source: z.string().min(1).max(256),
   rollout: rolloutSchema,
+  /** Backend options every host compiles with (`rulePriority`, `routeTable`…). */
+  options: pushOptionsSchema.optional(),
 });
 const rollbackSchema = z.strictObject({ rollout: rolloutSchema }).optional();
 const tokenSchema = z.strictObject({
@@ -318,7 +321,12 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
       const actor = asOperator(request);
       const body = pushSchema.parse(request.body);
       const result = await controller.push(
-        { text: body.policy, source: body.source, rollout: stripUndefined(body.rollout) },
+        {
+          text: body.policy,
+          source: body.source,
+          rollout: stripUndefined(body.rollout),
+          ...(body.options === undefined ? {} : { options: body.options }),
+        },
         actor,
       );
       if (!result.ok) {

@@ -4,8 +4,7 @@ import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
 import {
   Controller,
-  createPolicyDocumentBinder,
-  hashPolicyBundle,
+  createHostIrBinder,
   openStore,
   systemClock,
   type BundleBinder,
@@ -91,7 +90,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const store = await openStore(options.store);
   const controller = new Controller({
     store,
-    binder: options.binder ?? createPolicyDocumentBinder(hashPolicyBundle),
+    binder: options.binder ?? createHostIrBinder(),
     caPin: tls?.caPin ?? null,
     clock: options.clock ?? systemClock,
     ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),

@@ -256,7 +256,7 @@ describe('fleet CLI usage', () => {
     }
   });
 
-  it('refuses plain HTTP off loopback, and an agent without an engine it has', async () => {
+  it('refuses plain HTTP off loopback, and an agent engine it does not have', async () => {
     const http = await runCli([
       'server',
       '--insecure-http',
@@ -275,8 +275,10 @@ describe('fleet CLI usage', () => {
       'https://127.0.0.1:1',
       '--token-file',
       '/nonexistent',
+      '--engine',
+      'nonsense',
     ]);
     expect(agent.exitCode).toBe(2);
-    expect(agent.stderr).toMatch(/only "recording" is available/);
+    expect(agent.stderr).toMatch(/Cannot use --engine "nonsense"/);
   });
 });

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -192,6 +192,25 @@ describe('lab kit: sender and observer', () => {
         /Cannot observe "eth9" in lab node "internet": no such interface; it has "lo", "eth0"/,
       );
     });
+  });
+
+  it('builds echo requests past sequence 65,535 (a stream at 150 rounds/s gets there in 7 min)', () => {
+    // A long reapply-under-traffic run once crashed its streams here: the echo sequence field is
+    // 16 bits, and the stream's round counter is not.
+    const script = [
+      'import ipaddress, sys',
+      `sys.path.insert(0, ${JSON.stringify(join(import.meta.dirname, '../../scripts/lab'))})`,
+      'import sender',
+      'for src, dst in (("10.0.0.1", "203.0.113.10"), ("2001:db8::1", "2001:db8:113::10")):',
+      '    m = sender.icmp_message(ipaddress.ip_address(src), ipaddress.ip_address(dst), 70000, b"x")',
+      '    print(int.from_bytes(m[6:8], "big"))',
+    ].join('\n');
+    const result = spawnSync('python3', ['-c', script], { encoding: 'utf8' });
+    expect(result.stderr).toBe('');
+    expect(result.stdout.trim().split('\n')).toEqual([
+      String(70000 & 0xffff),
+      String(70000 & 0xffff),
+    ]);
   });
 });
 

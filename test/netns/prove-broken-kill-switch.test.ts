@@ -42,5 +42,5 @@ describe('prove --lab against a build whose kill switch never fires', () => {
     expect(run.junit).toMatch(
       /<failure message="[^"]*layer nftables did not hold[^"]*" type="nftables"\/>/,
     );
-  }, 120_000);
+  }, 300_000);
 });

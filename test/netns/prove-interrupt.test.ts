@@ -34,7 +34,7 @@ describe('prove --lab interrupted', () => {
       (f) => f.startsWith('egressguard-prove-') && !before.has(f),
     );
     expect(left).toEqual([]);
-  }, 120_000);
+  }, 300_000);
 });
 
 /** Every process's command line, from /proc. */

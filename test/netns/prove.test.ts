@@ -24,7 +24,7 @@ describe('prove --lab: linux-vpn-gateway', () => {
       throw new Error(`prove wrote no evidence (exit ${run.exitCode}): ${run.stderr}`);
     }
     report = run.report;
-  }, 300_000);
+  }, 900_000);
 
   it('runs every scenario, tears the lab down and records versions, hash and nonces', () => {
     expect(report.scenarios.map((s) => [s.id, s.status === 'skipped'])).toEqual(

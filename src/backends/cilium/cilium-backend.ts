@@ -1,3 +1,4 @@
+import { ciliumClusterSupport } from './cluster-support.js';
 import { EgressguardError } from '../../core/index.js';
 import type { Applier, Backend, Inspector } from '../backend.js';
 import { CHAINSAW_OPTIONS, emitChainsawFromPolicy } from './chainsaw-from-policy.js';
@@ -7,7 +8,7 @@ import { DEFAULT_CILIUM_VERSION, SUPPORTED_CILIUM_VERSIONS } from './cilium-vers
 function notHere(what: string): EgressguardError {
   return new EgressguardError(
     'unsupported',
-    `Cannot ${what} with the cilium backend: egressguard does not talk to a cluster's Cilium; it compiles the manifests`,
+    `Cannot ${what} with the cilium backend: egressguard compiles the manifests and kubectl applies them; the gateway node keeps its label with run --k8s`,
     {
       hint: 'run `egressguard compile POLICY --target cilium --out DIR` and `kubectl apply -f DIR/manifests.yaml`; the gateway node runs `egressguard run --k8s`',
     },
@@ -22,6 +23,8 @@ function notHere(what: string): EgressguardError {
 export const ciliumBackend: Backend = {
   name: 'cilium',
   layer: 'cilium',
+  // The cluster side of a gateway node: `run --k8s` and `doctor --k8s` (cluster-support.ts).
+  cluster: ciliumClusterSupport,
   capabilities: {
     supportsSteering: true,
     supportsKillSwitch: true,

@@ -1,1 +1,2 @@
 export { ciliumBackend } from './cilium-backend.js';
+export { ciliumClusterSupport } from './cluster-support.js';

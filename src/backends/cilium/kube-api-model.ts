@@ -39,7 +39,13 @@ import { matchesLabelSelector } from './label-selector.js';
 
 export type Verb = 'get' | 'list' | 'create' | 'update' | 'patch' | 'delete';
 
-export type ModelResource = 'nodes' | 'ciliumegressgatewaypolicies';
+export type ModelResource = 'nodes' | 'ciliumegressgatewaypolicies' | ReadOnlyResource;
+
+/** The resources the model stores and writes. */
+type StoredResource = 'nodes' | 'ciliumegressgatewaypolicies';
+
+/** Namespaced objects the model only serves for `get` (doctor --k8s reads them). */
+type ReadOnlyResource = 'configmaps' | 'daemonsets';
 
 /** An RBAC-like grant: verbs on a resource, optionally only on named objects. */
 export interface AccessRule {
@@ -47,6 +53,8 @@ export interface AccessRule {
   readonly resource: ModelResource;
   /** RBAC resourceNames: limits get/update/patch/delete to these names (not list/create). */
   readonly resourceNames?: readonly string[];
+  /** A Role's namespace: the rule holds in that namespace only (namespaced resources). */
+  readonly namespace?: string;
 }
 
 export interface ModelUser {
@@ -66,6 +74,18 @@ export interface KubeApiModelOptions {
   readonly users: readonly ModelUser[];
   readonly nodes?: readonly ModelNodeSeed[];
   readonly egressGatewayPolicies?: readonly JsonValue[];
+  /** ConfigMaps served read-only (get). */
+  readonly configMaps?: readonly {
+    readonly namespace: string;
+    readonly name: string;
+    readonly data: Readonly<Record<string, string>>;
+  }[];
+  /** DaemonSets served read-only (get), with one container per image. */
+  readonly daemonSets?: readonly {
+    readonly namespace: string;
+    readonly name: string;
+    readonly images: readonly string[];
+  }[];
   /** Serve HTTPS with this key pair; `ca` is what kubeconfigs trust. Plain HTTP without it. */
   readonly tls?: { readonly key: string; readonly cert: string; readonly ca: string };
 }
@@ -137,13 +157,25 @@ function status(error: ApiError): JsonObject {
 
 /** "nodes" or "ciliumegressgatewaypolicies.cilium.io", as the API server names resources in errors. */
 function qualified(resource: ModelResource): string {
-  return resource === 'nodes' ? 'nodes' : `${CEGP_PLURAL}.${CILIUM_GROUP}`;
+  switch (resource) {
+    case 'nodes':
+    case 'configmaps':
+      return resource;
+    case 'daemonsets':
+      return 'daemonsets.apps';
+    case CEGP_PLURAL:
+      return `${CEGP_PLURAL}.${CILIUM_GROUP}`;
+  }
+}
+
+function groupOf(resource: ModelResource): string {
+  return resource === CEGP_PLURAL ? CILIUM_GROUP : resource === 'daemonsets' ? 'apps' : '';
 }
 
 function details(resource: ModelResource, name: string | undefined): JsonObject {
   return {
     ...(name === undefined ? {} : { name }),
-    ...(resource === 'nodes' ? {} : { group: CILIUM_GROUP }),
+    ...(groupOf(resource) === '' ? {} : { group: groupOf(resource) }),
     kind: resource,
   };
 }
@@ -281,6 +313,7 @@ function metadataOf(object: JsonValue): JsonObject {
 interface Route {
   readonly resource: ModelResource;
   readonly name: string | undefined;
+  readonly namespace?: string;
 }
 
 /** Maps a path to a resource; undefined for anything the model does not serve. */
@@ -289,6 +322,18 @@ function route(path: string): Route | undefined {
   if (node !== null) return { resource: 'nodes', name: node[1] };
   const cegp = new RegExp(`^/apis/${CILIUM_GROUP}/v2/${CEGP_PLURAL}(?:/([^/]+))?/?$`).exec(path);
   if (cegp !== null) return { resource: CEGP_PLURAL, name: cegp[1] };
+  // api-concepts, "Resource URIs": /api/v1/namespaces/{ns}/{resource}/{name} for core, and
+  // /apis/{group}/{version}/namespaces/{ns}/{resource}/{name} for groups.
+  const namespaced =
+    /^\/(?:api\/v1|apis\/apps\/v1)\/namespaces\/([^/]+)\/(configmaps|daemonsets)(?:\/([^/]+))?\/?$/.exec(
+      path,
+    );
+  if (namespaced !== null) {
+    const resource = namespaced[2] as ReadOnlyResource;
+    const core = path.startsWith('/api/v1/');
+    if (core !== (resource === 'configmaps')) return undefined;
+    return { resource, name: namespaced[3], namespace: namespaced[1] as string };
+  }
   return undefined;
 }
 
@@ -310,15 +355,13 @@ function verbOf(method: string, named: boolean): Verb | undefined {
   }
 }
 
-function isAllowed(
-  user: ModelUser,
-  verb: Verb,
-  resource: ModelResource,
-  name: string | undefined,
-): boolean {
+function isAllowed(user: ModelUser, verb: Verb, target: Route): boolean {
+  const { resource, name } = target;
   return user.rules.some(
     (rule) =>
       rule.resource === resource &&
+      // A Role's rules hold in its namespace only (RBAC, "Role and ClusterRole").
+      (rule.namespace === undefined || rule.namespace === target.namespace) &&
       rule.verbs.includes(verb) &&
       // authorization/RBAC: resourceNames cannot restrict list or create.
       (rule.resourceNames === undefined ||
@@ -336,9 +379,45 @@ async function readBody(request: IncomingMessage): Promise<string> {
 export async function startKubeApiModel(options: KubeApiModelOptions): Promise<KubeApiModel> {
   let revision = 1;
   const nextVersion = () => String(++revision);
-  const stores: Record<ModelResource, Map<string, JsonValue>> = {
+  const stores: Record<StoredResource, Map<string, JsonValue>> = {
     nodes: new Map(),
     ciliumegressgatewaypolicies: new Map(),
+  };
+  // Read-only namespaced objects, by "resource namespace/name".
+  const readOnly = new Map<string, JsonValue>();
+  for (const map of options.configMaps ?? []) {
+    readOnly.set(`configmaps ${map.namespace}/${map.name}`, {
+      apiVersion: 'v1',
+      kind: 'ConfigMap',
+      metadata: { name: map.name, namespace: map.namespace, resourceVersion: String(++revision) },
+      data: { ...map.data },
+    });
+  }
+  for (const set of options.daemonSets ?? []) {
+    readOnly.set(`daemonsets ${set.namespace}/${set.name}`, {
+      apiVersion: 'apps/v1',
+      kind: 'DaemonSet',
+      metadata: { name: set.name, namespace: set.namespace, resourceVersion: String(++revision) },
+      spec: {
+        selector: { matchLabels: { 'k8s-app': set.name } },
+        template: {
+          metadata: { labels: { 'k8s-app': set.name } },
+          spec: { containers: set.images.map((image, i) => ({ name: `c${i}`, image })) },
+        },
+      },
+    });
+  }
+  const serveReadOnly = (verb: Verb, target: Route): { code: number; body: JsonValue } => {
+    if (verb !== 'get' || target.name === undefined) {
+      throw new ApiError(
+        405,
+        'MethodNotAllowed',
+        `the API model serves ${qualified(target.resource)} for get only`,
+      );
+    }
+    const object = readOnly.get(`${target.resource} ${target.namespace ?? ''}/${target.name}`);
+    if (object === undefined) throw notFound(target.resource, target.name);
+    return { code: 200, body: object };
   };
   const requests: RecordedRequest[] = [];
   let failures: { count: number; code: number; reason: string } | undefined;
@@ -383,7 +462,7 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
 
   /** Stores an updated object, bumping resourceVersion (and generation on a spec change) unless nothing changed. */
   const store = (
-    resource: ModelResource,
+    resource: StoredResource,
     name: string,
     before: JsonValue,
     after: JsonObject,
@@ -462,8 +541,8 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
       context.verb = verb;
       // authorization: a request no authorizer allows is denied with 403; RBAC's message names
       // the user, verb, resource and group. Checked before the object is looked up.
-      if (!isAllowed(user, verb, target.resource, target.name)) {
-        const group = target.resource === 'nodes' ? '' : CILIUM_GROUP;
+      if (!isAllowed(user, verb, target)) {
+        const group = groupOf(target.resource);
         const subject =
           target.name === undefined
             ? qualified(target.resource)
@@ -471,7 +550,7 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
         throw new ApiError(
           403,
           'Forbidden',
-          `${subject} is forbidden: User "${user.name}" cannot ${verb} resource "${target.resource}" in API group "${group}" at the cluster scope`,
+          `${subject} is forbidden: User "${user.name}" cannot ${verb} resource "${target.resource}" in API group "${group}" ${target.namespace === undefined ? 'at the cluster scope' : `in the namespace "${target.namespace}"`}`,
           details(target.resource, target.name),
         );
       }
@@ -486,6 +565,9 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
       if (failures !== undefined && failures.count > 0) {
         failures.count--;
         throw new ApiError(failures.code, failures.reason, `injected failure (${failures.reason})`);
+      }
+      if (target.resource === 'configmaps' || target.resource === 'daemonsets') {
+        return { ...context, ...serveReadOnly(verb, target) };
       }
       const dryRun = url.searchParams.get('dryRun') === 'All';
       return { ...context, ...serve({ verb, target, url, received, dryRun, contentType }) };
@@ -504,7 +586,7 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
     contentType: string | undefined;
   }): { code: number; body: JsonValue } => {
     const { verb, target, url, received, dryRun, contentType } = request;
-    const { resource } = target;
+    const resource = target.resource as StoredResource;
     const items = stores[resource];
     if (verb === 'list') {
       const selectorText = url.searchParams.get('labelSelector');

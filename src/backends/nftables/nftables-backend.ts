@@ -258,6 +258,7 @@ function createNftInspector(context: BackendContext): Inspector {
       ]);
       const diff = spec === undefined ? undefined : diffSteering(spec, liveSteering);
       const down = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
+      const tunnelNames = new Set(tunnels.map((t) => t.name));
       return {
         present: live.present,
         hash: live.hash,
@@ -276,6 +277,9 @@ function createNftInspector(context: BackendContext): Inspector {
                 ...diff.addRoutes.map((r) => ({
                   what: describeRoute(r),
                   waitingFor: r.device !== undefined && down.has(r.device) ? r.device : null,
+                  ...(r.device !== undefined && tunnelNames.has(r.device)
+                    ? { through: r.device }
+                    : {}),
                 })),
               ],
         unexpected:

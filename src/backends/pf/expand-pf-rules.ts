@@ -354,8 +354,20 @@ export function interfacePrefixes(
     seen.add(a.family);
     if (modifier === 'network') {
       out.push(networkPrefix(a));
-    } else if (modifier === 'broadcast' || modifier === 'peer') {
-      // Not modelled: egressguard never writes them; they stand for no address here.
+    } else if (modifier === 'broadcast') {
+      // pf.conf(5) PARAMETERS: `:broadcast` "translates to the interface's broadcast
+      // address(es)": IPv4 only, and only where the prefix has one (shorter than /31).
+      if (a.family === 4 && a.length < 31) {
+        const network = networkPrefix(a);
+        out.push({
+          family: 4,
+          start: (network.start as number) + 2 ** (32 - a.length) - 1,
+          length: 32,
+          hadHostBits: false,
+        });
+      }
+    } else if (modifier === 'peer') {
+      // Not modelled: egressguard never writes it; it stands for no address here.
       continue;
     } else {
       out.push({

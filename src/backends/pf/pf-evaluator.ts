@@ -43,7 +43,7 @@ import type {
  * Not modelled (named so nobody relies on them): skip steps (real pf may skip rules, so its
  * Evaluations counters can be lower), NAT source-port allocation (the model keeps the source port,
  * as `static-port` would), binat, scrub, dummynet, `no-route`/`urpf-failed` (match nothing),
- * `:broadcast`/`:peer`, TCP state tracking beyond "a state exists".
+ * `:peer`, TCP state tracking beyond "a state exists".
  */
 
 export interface PfKernelView {

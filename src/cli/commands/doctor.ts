@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import {
@@ -16,6 +17,23 @@ import { addTargetOptions, targetOf, type TargetOptions } from '../target-option
 
 export interface DoctorOptions extends TargetOptions {
   readonly json?: boolean | undefined;
+  readonly k8s?: boolean | undefined;
+  readonly kubeconfig?: string | undefined;
+}
+
+/** `doctor --k8s`: what must hold on the cluster, read from it when credentials are given. */
+async function runClusterDoctor(options: DoctorOptions, output: Output): Promise<number> {
+  if (options.kubeconfig !== undefined && !existsSync(options.kubeconfig)) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot read --kubeconfig "${options.kubeconfig}": no such file`,
+      { hint: 'give the path of a kubeconfig file, or leave it out for the checklist alone' },
+    );
+  }
+  const report = await registry.cluster().diagnose({ credentials: options.kubeconfig });
+  if (options.json === true) printJson(output, report);
+  else printReport(output, report);
+  return report.summary.errors > 0 ? EXIT.failed : EXIT.ok;
 }
 
 /** `doctor [POLICY]`: what on this host can undo, bypass or collide with egressguard. */
@@ -24,6 +42,19 @@ export async function runDoctor(
   options: DoctorOptions,
   output: Output,
 ): Promise<number> {
+  if (options.k8s === true) {
+    if (file !== undefined) {
+      throw new EgressguardError('usage', `Cannot check policy "${file}" with --k8s`, {
+        hint: 'run `egressguard doctor --k8s` for the cluster and `egressguard doctor POLICY` on the gateway node',
+      });
+    }
+    return runClusterDoctor(options, output);
+  }
+  if (options.kubeconfig !== undefined) {
+    throw new EgressguardError('usage', 'Cannot use --kubeconfig without --k8s', {
+      hint: 'add --k8s to check the cluster',
+    });
+  }
   const policy: PolicyIR | undefined =
     file === undefined ? undefined : lowerPolicy(requirePolicy(file).policy);
   const target = targetOf(options);
@@ -127,7 +158,12 @@ export function registerDoctor(program: Command, ctx: CommandContext): void {
         'Report what can undo, bypass or collide with egressguard here: other firewall state on our hooks, routing collisions, services that rewrite routing, paths the firewall does not see',
       )
       .argument('[policy]', 'policy file (YAML): adds its class interfaces, tunnels and uplink')
-      .option('--json', "print JSON: { findings, summary, and the backend's own tables }"),
+      .option('--json', "print JSON: { findings, summary, and the backend's own tables }")
+      .option(
+        '--k8s',
+        'check the cluster instead: what its egress gateway needs (the checklist alone without --kubeconfig)',
+      )
+      .option('--kubeconfig <file>', 'with --k8s: read the cluster through these credentials'),
   )
     .addHelpText(
       'after',
@@ -143,8 +179,9 @@ Exit codes:
   1  at least one error-severity finding
   2  bad usage or a runtime error
 
-Example:
-  egressguard doctor testdata/policies/valid/linux-vpn-gateway/policy.yaml --json`,
+Examples:
+  egressguard doctor testdata/policies/valid/linux-vpn-gateway/policy.yaml --json
+  egressguard doctor --k8s --kubeconfig ~/.kube/config`,
     )
     .action(async (file: string | undefined, opts: DoctorOptions) => {
       ctx.setExit(await runDoctor(file, opts, ctx.output));

@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { basename } from 'node:path';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
+import { registry } from '../../backends/index.js';
 import { EgressguardError } from '../../core/index.js';
 import type { AuditEntry, EventView, HostView, RolloutView } from '../../fleet/index.js';
 import { formatIssue, type PolicyIssue } from '../../policy/index.js';
@@ -20,6 +21,7 @@ import {
 } from '../fleet-options.js';
 import { parseLabel } from '../../facts/index.js';
 import { paint, printJson, printLine, type Output } from '../output.js';
+import { backendOptionsOf, type TargetOptions } from '../target-options.js';
 
 interface ConnectOptions {
   server?: string;
@@ -89,9 +91,15 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
       }
     };
 
+  const push = fleet.command('push');
+  // Backend options ride with the push (no defaults here: a host's agent applies the backend's).
+  for (const { option, backends } of registry.options()) {
+    push.addOption(
+      new Option(option.flag, `${option.description} (${backends.join(', ')}), on every host`),
+    );
+  }
   withConnection(
-    fleet
-      .command('push')
+    push
       .description('Validate a policy and roll it out in waves (canary first)')
       .argument('<policy>', 'policy file (YAML)')
       .option('--canary <n>', 'hosts in the first wave (0: no canary)', '1')
@@ -134,10 +142,12 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
           ? {}
           : { maxUnavailable: parseWholeNumber(o.maxUnavailable, '--max-unavailable', 1) }),
       };
+      const options = backendOptionsOf(opts as TargetOptions);
       const result = (await client.call('POST', '/v1/pushes', {
         policy: text,
         source: basename(file),
         rollout,
+        ...(Object.keys(options).length === 0 ? {} : { options }),
       })) as {
         pushId: string;
         rolloutId: string;

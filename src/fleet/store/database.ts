@@ -82,6 +82,8 @@ export interface PushTable {
   source: string;
   kind: 'push' | 'rollback';
   created_at: number;
+  /** The backend options pushed with the policy, JSON (migration 0002). */
+  backend_options: Generated<string>;
 }
 
 export interface RolloutTable {

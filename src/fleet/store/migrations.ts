@@ -10,6 +10,15 @@ export type StoreDialect = 'sqlite' | 'postgres';
 export function createMigrationProvider(dialect: StoreDialect): MigrationProvider {
   const migrations: Record<string, Migration> = {
     '0001_fleet': { up: (db) => createFleetTables(db, dialect) },
+    // Host-IR bundles: a push carries backend options (the steering priority, say).
+    '0002_push_backend_options': {
+      up: async (db) => {
+        await db.schema
+          .alterTable('pushes')
+          .addColumn('backend_options', 'text', (c) => c.notNull().defaultTo('{}'))
+          .execute();
+      },
+    },
   };
   return { getMigrations: () => Promise.resolve(migrations) };
 }

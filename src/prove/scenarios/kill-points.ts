@@ -15,11 +15,13 @@ export const killPoints: Scenario = {
   fault: true,
   skip: noTunnel,
   async run(ctx) {
+    // The tunnel goes down before the streams start: they expect every packet dropped, and a
+    // packet sent while the tunnel was still up would rightly leave through it.
+    await takeTunnelsDown(ctx);
     const streams = [...killSwitchFlows(ctx, { expect: 'deny' })].map(([node, flows]) =>
       ctx.stream(node, flows, 50),
     );
     await Promise.all(streams.map((s) => s.sending()));
-    await takeTunnelsDown(ctx);
     for (const step of [...(ctx.host.backend.prove?.killPoints ?? []), STATE_WRITE]) {
       ctx.checkAborted();
       const run = await ctx.host.cli(

@@ -1,10 +1,15 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createRecordingEngine, runAgent, type RecordingEngine } from '../../../src/agent/index.js';
+import {
+  createBundleHasher,
+  createRecordingEngine,
+  runAgent,
+  type RecordingEngine,
+} from '../../../src/agent/index.js';
 import { createRandom, packagePath } from '../../../src/core/index.js';
 import { parseHostFacts, type HostFacts } from '../../../src/facts/index.js';
-import { hashPolicyBundle, type HostView } from '../../../src/fleet/index.js';
+import { createPolicyDocumentBinder, type HostView } from '../../../src/fleet/index.js';
 import { startServer, type RunningServer, type ServerOptions } from '../../../src/server/index.js';
 import { StateDir } from '../../../src/state/index.js';
 
@@ -46,6 +51,9 @@ export function startTestServer(
   options: Partial<ServerOptions> & { store: string; stateDir: string },
 ): Promise<RunningServer> {
   return startServer({
+    // Protocol tests: the recording agents take policy documents (the server's own binder
+    // compiles host-IR bundles for the firewall engine; test/fleet/incident.test.ts runs that).
+    binder: createPolicyDocumentBinder(),
     listen: '127.0.0.1:0',
     pollIntervalMs: 2_000,
     graceMs: 4_000,
@@ -63,7 +71,10 @@ export interface TestAgent {
   stop(): Promise<void>;
 }
 
-/** The real agent (enrollment, CA pinning, long poll, reports) in this process, recording. */
+/**
+ * The real agent (enrollment, CA pinning, long poll, reports) in this process, with the recording
+ * engine (the test says so: nothing is applied; test/fleet/incident.test.ts applies for real).
+ */
 export function startTestAgent(options: {
   serverUrl: string;
   token: string;
@@ -75,7 +86,8 @@ export function startTestAgent(options: {
   writeFileSync(tokenFile, `${options.token}\n`, { mode: 0o600 });
   const engine = createRecordingEngine({
     facts: factsFor(options.name),
-    hashBundle: hashPolicyBundle,
+    // Policy documents (the protocol tests' binder) or host-IR bundles (the server's own).
+    hashBundle: createBundleHasher(),
   });
   const controller = new AbortController();
   const log: string[] = [];

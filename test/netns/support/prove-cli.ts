@@ -41,7 +41,7 @@ export async function runProve(
           EGRESSGUARD_FAULTS: options.faults ?? '',
         },
         reject: false,
-        timeout: options.timeoutMs ?? 240_000,
+        timeout: options.timeoutMs ?? 840_000, // a full prove took 491 s at load 14 on 2 cores
       },
     );
     return {

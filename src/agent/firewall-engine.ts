@@ -1,0 +1,142 @@
+import { createHash } from 'node:crypto';
+import { applyGeneration, FILES, readGeneration, readStatus } from '../apply/index.js';
+import type { BackendOptions } from '../backends/index.js';
+import { gatherFacts, readHostLabels, type HostFacts } from '../facts/index.js';
+import { BUNDLE_FORMAT, compileBundle, type CompiledBundle } from '../fleet/index.js';
+import { backendOf, type HostTarget } from '../host/index.js';
+import type {
+  ApplyOutcome,
+  HostEngine,
+  LiveStatus,
+  PrepareOutcome,
+  PreparedGeneration,
+} from './host-engine.js';
+
+export interface FirewallGeneration extends PreparedGeneration {
+  readonly compiled: CompiledBundle;
+}
+
+export interface FirewallEngineOptions {
+  /** The host or namespace (`--netns`) the agent enforces on; its options are the agent's own. */
+  readonly target: HostTarget;
+  /** The name the host enrolled under; facts carry it (a namespace shares the machine's). */
+  readonly hostname?: string;
+  /** Host labels (default: the labels file); they go into the facts classes are bound by. */
+  readonly labels?: () => Readonly<Record<string, string>>;
+  /** How long an apply waits for the host lock a resident repair holds. */
+  readonly lockWaitMs?: number;
+}
+
+/**
+ * The agent's engine for a real host: facts read live (in its namespace, if any), the bundle's IR
+ * bound to them and compiled by this host's own backend, applied through the safe-apply contract
+ * (host lock, atomic load, read-back), live state read back by the backend's inspector. It writes
+ * only what the agent itself owns: a bundle whose options would move the backend's scope (another
+ * table or anchor than the agent's own) is refused, whatever the controller says.
+ */
+export function createFirewallEngine(
+  options: FirewallEngineOptions,
+): HostEngine<FirewallGeneration> {
+  const { target } = options;
+  const labels = options.labels ?? readHostLabels;
+  return {
+    async readFacts(): Promise<HostFacts> {
+      const facts = await gatherFacts(target.runner, { labels: labels(), tools: false });
+      return options.hostname === undefined ? facts : { ...facts, hostname: options.hostname };
+    },
+
+    prepare(bundle, facts): Promise<PrepareOutcome<FirewallGeneration>> {
+      if (bundle.format !== BUNDLE_FORMAT) {
+        return Promise.resolve({
+          ok: false,
+          message: `this agent applies ${BUNDLE_FORMAT} bundles; the controller sent ${bundle.format} (a controller set up for the recording engine)`,
+        });
+      }
+      const scope = checkScope(target, facts, bundle.options);
+      if (scope !== undefined) return Promise.resolve({ ok: false, message: scope });
+      const result = compileBundle(bundle, facts, { registry: target.registry });
+      if (!result.ok) return Promise.resolve(result);
+      return Promise.resolve({
+        ok: true,
+        prepared: { hash: result.compiled.hash, compiled: result.compiled },
+      });
+    },
+
+    async apply(prepared): Promise<ApplyOutcome> {
+      const { compiled } = prepared;
+      try {
+        const report = await applyGeneration({
+          backend: compiled.backend,
+          runner: target.runner,
+          state: target.state,
+          options: compiled.options,
+          policy: compiled.policyName,
+          hash: compiled.hash,
+          artifacts: compiled.artifacts,
+          ...(compiled.lockdown === undefined ? {} : { lockdown: compiled.lockdown }),
+          lockWaitMs: options.lockWaitMs ?? 30_000,
+        });
+        return { ok: true, hash: report.generation.hash };
+      } catch (error) {
+        return { ok: false, message: error instanceof Error ? error.message : String(error) };
+      }
+    },
+
+    async readStatus(): Promise<LiveStatus> {
+      const backend = backendOf(target);
+      const status = await readStatus({
+        backend,
+        runner: target.runner,
+        state: target.state,
+        // Read back with the options it was applied with (the scope is the agent's own anyway).
+        options: appliedOptions(target),
+      });
+      const { live } = status;
+      let hash = live.present ? live.hash : null;
+      // The stamp survives an edit of the rules: an edited table, or our routes gone, is drift
+      // too, so report a hash that cannot be the applied one.
+      if (status.condition === 'Drifted' && hash !== null) {
+        hash = createHash('sha256')
+          .update(`drifted\n${hash}\n${live.fingerprint ?? ''}\n${status.reasons.join('\n')}`)
+          .digest('hex');
+      }
+      const counters: Record<string, number> = {};
+      for (const counter of live.counters) counters[counter.id] = counter.packets;
+      return {
+        hash,
+        counters,
+        tunnels: live.tunnels.map((t) => ({ name: t.name, up: t.state === 'up' })),
+      };
+    },
+  };
+}
+
+function appliedOptions(target: HostTarget): BackendOptions {
+  try {
+    return readGeneration(target.state, FILES.applied)?.options ?? target.options;
+  } catch {
+    return target.options; // corrupt state: readStatus reports it
+  }
+}
+
+/**
+ * Refuses options that move what the backend owns on this host: the agent writes its own table or
+ * anchor (its `--table`, `--anchor`, or the default), never one a controller names.
+ */
+function checkScope(
+  target: HostTarget,
+  facts: HostFacts,
+  pushed: BackendOptions,
+): string | undefined {
+  try {
+    const backend = backendOf(target, facts);
+    const own = backend.describeScope(target.options);
+    const wanted = backend.describeScope(pushed);
+    if (own !== wanted) {
+      return `Cannot apply a bundle that writes ${wanted}: this agent owns ${own} and writes nothing else (start the agent with that scope, or push without the option)`;
+    }
+    return undefined;
+  } catch (error) {
+    return `Cannot apply the bundle's backend options: ${(error as Error).message}`;
+  }
+}

@@ -1,0 +1,172 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseAllDocuments } from 'yaml';
+import { ciliumClusterSupport } from './cluster-support.js';
+import {
+  startKubeApiModel,
+  type AccessRule,
+  type ModelResource,
+  type Verb,
+} from './kube-api-model.js';
+
+// doctor --k8s through the front door: the cluster support reads kube-system/cilium-config and
+// the cilium DaemonSet from the MODEL of the API server (kube-api-model.ts) with
+// @kubernetes/client-node and a kubeconfig, as the doctor Role of deploy/kubernetes/rbac.yaml
+// allows. Config keys as Cilium's Helm chart writes them (cluster-doctor.ts cites the sources).
+
+const tls = (file: string) =>
+  readFileSync(new URL(`testdata/kube-api-tls/${file}`, import.meta.url), 'utf8');
+const dir = mkdtempSync(join(tmpdir(), 'cluster-doctor-'));
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** The doctor Role's rules, as written in deploy/kubernetes/rbac.yaml. */
+function doctorRules(): AccessRule[] {
+  const text = readFileSync(
+    new URL('../../../deploy/kubernetes/rbac.yaml', import.meta.url),
+    'utf8',
+  );
+  const role = parseAllDocuments(text)
+    .map(
+      (d) =>
+        d.toJS() as {
+          kind?: string;
+          metadata?: { name?: string; namespace?: string };
+          rules?: { resources: string[]; verbs: string[]; resourceNames?: string[] }[];
+        },
+    )
+    .find((d) => d.kind === 'Role' && d.metadata?.name === 'egressguard-doctor');
+  return (role?.rules ?? []).flatMap((rule) =>
+    rule.resources.map((resource) => ({
+      verbs: rule.verbs as Verb[],
+      resource: resource as ModelResource,
+      namespace: role?.metadata?.namespace ?? '',
+      ...(rule.resourceNames === undefined ? {} : { resourceNames: rule.resourceNames }),
+    })),
+  );
+}
+
+const GOOD_CONFIG = {
+  'enable-ipv4-egress-gateway': 'true',
+  'enable-bpf-masquerade': 'true',
+  'kube-proxy-replacement': 'true',
+  'identity-allocation-mode': 'crd',
+  'cluster-id': '0',
+  'cluster-name': 'default',
+};
+
+async function diagnoseWith(options: {
+  config?: Record<string, string> | undefined;
+  image?: string;
+  rules?: AccessRule[];
+}) {
+  const model = await startKubeApiModel({
+    users: [{ name: 'doctor', token: 'doctor-token', rules: options.rules ?? doctorRules() }],
+    configMaps:
+      options.config === undefined
+        ? []
+        : [{ namespace: 'kube-system', name: 'cilium-config', data: options.config }],
+    daemonSets: [
+      {
+        namespace: 'kube-system',
+        name: 'cilium',
+        images: [options.image ?? 'quay.io/cilium/cilium:v1.18.2@sha256:0123'],
+      },
+    ],
+    tls: { key: tls('server.key'), cert: tls('server.crt'), ca: tls('ca.crt') },
+  });
+  try {
+    const file = join(dir, `${Math.random().toString(36).slice(2)}.kubeconfig`);
+    writeFileSync(file, model.kubeconfig('doctor'));
+    const report = await ciliumClusterSupport.diagnose({ credentials: file });
+    return { report, requests: [...model.requests] };
+  } finally {
+    await model.close();
+  }
+}
+
+const codes = (report: { findings: readonly { severity: string; code: string }[] }) =>
+  report.findings.filter((f) => f.severity !== 'info').map((f) => f.code);
+
+describe('doctor --k8s (cluster support, against the API model)', () => {
+  it('finds nothing wrong on a cluster that meets every requirement', async () => {
+    const { report, requests } = await diagnoseWith({ config: GOOD_CONFIG });
+    expect(codes(report)).toEqual([]);
+    expect(report.summary.errors).toBe(0);
+    expect(report.tables[0]?.rows.map((r) => r[2])).toEqual([
+      'ok',
+      'ok',
+      'ok',
+      'ok',
+      'ok',
+      'ok',
+      'BPF (when the kernel allows)',
+      'ok',
+    ]);
+    // Exactly the two reads the doctor Role grants, both allowed.
+    expect(requests.map((r) => `${r.verb} ${r.path} ${r.status}`).sort()).toEqual([
+      'get /api/v1/namespaces/kube-system/configmaps/cilium-config 200',
+      'get /apis/apps/v1/namespaces/kube-system/daemonsets/cilium 200',
+    ]);
+  });
+
+  it('names every requirement that does not hold, with what it saw', async () => {
+    const { report } = await diagnoseWith({
+      config: {
+        'enable-ipv4-egress-gateway': 'false',
+        'kube-proxy-replacement': 'false',
+        'identity-allocation-mode': 'kvstore',
+        'cluster-id': '3',
+        'enable-cilium-endpoint-slice': 'true',
+      },
+      image: 'quay.io/cilium/cilium:v1.16.5',
+    });
+    expect(codes(report)).toEqual([
+      'egress-gateway-disabled',
+      'bpf-masquerade-disabled',
+      'kube-proxy-replacement-disabled',
+      'identity-allocation-not-crd',
+      'cluster-mesh-in-use',
+      'endpoint-slice-enabled',
+      'cilium-version-unsupported',
+    ]);
+    const message = (code: string) => report.findings.find((f) => f.code === code)?.message;
+    expect(message('bpf-masquerade-disabled')).toContain('enable-bpf-masquerade is not set');
+    expect(message('identity-allocation-not-crd')).toContain('identity-allocation-mode: "kvstore"');
+    expect(message('cilium-version-unsupported')).toContain('runs 1.16');
+  });
+
+  it('takes the 1.19 name of the egress gateway option', async () => {
+    const config: Record<string, string> = { ...GOOD_CONFIG, 'enable-egress-gateway': 'true' };
+    Reflect.deleteProperty(config, 'enable-ipv4-egress-gateway');
+    const { report } = await diagnoseWith({ config });
+    expect(codes(report)).toEqual([]);
+  });
+
+  it('reports what it cannot read, with the API server’s reason', async () => {
+    const missing = await diagnoseWith({ config: undefined });
+    expect(codes(missing.report)).toEqual(['cilium-config-unreadable']);
+    expect(missing.report.findings[0]?.message).toContain('configmaps "cilium-config" not found');
+    const forbidden = await diagnoseWith({ config: GOOD_CONFIG, rules: [] });
+    expect(codes(forbidden.report)).toEqual(['cilium-config-unreadable', 'cilium-version-unknown']);
+    expect(forbidden.report.findings[0]?.message).toContain('HTTP 403');
+  });
+
+  it('prints the checklist without credentials, reading nothing', async () => {
+    const report = await ciliumClusterSupport.diagnose({ credentials: undefined });
+    expect(report.findings.map((f) => f.code)).toEqual([
+      'must-egress-gateway',
+      'must-bpf-masquerade',
+      'must-kube-proxy-replacement',
+      'must-identity-allocation-crd',
+      'must-no-cluster-mesh',
+      'must-no-endpoint-slice',
+      'must-cilium-version',
+      'pod-traffic-bypasses-node-nftables',
+    ]);
+    expect(report.summary).toEqual({ errors: 0, warnings: 0, infos: 8 });
+  });
+});

@@ -1,0 +1,73 @@
+import { hostname } from 'node:os';
+import { EgressguardError, isEgressguardError } from '../../core/index.js';
+import type { PolicyIR } from '../../ir/index.js';
+import type { ClusterDuty, ClusterSupport } from '../backend.js';
+import { clusterChecklist, diagnoseCluster } from './cluster-doctor.js';
+import { gatewayLabel } from './gateway-label.js';
+import { createKubeClient } from './kube-client.js';
+
+/**
+ * The tunnel classes a gateway node keeps a label for. Until the policy has Kubernetes classes
+ * of its own, these are the policy's tunnel classes with a kill switch: the gateway node carries
+ * their tunnel, and the egress gateway policy compiled for a class selects gatewayLabel(class).
+ */
+export function gatewayDuties(policy: PolicyIR): ClusterDuty[] {
+  return policy.classes.flatMap((c) => {
+    if (c.via.kind !== 'tunnel' || c.killSwitch === null) return [];
+    const label = gatewayLabel(c.name);
+    return [
+      {
+        id: c.name,
+        tunnel: c.via.interface,
+        what: `node label ${label.key}=${label.value}`,
+      },
+    ];
+  });
+}
+
+/**
+ * The node's name in the cluster: --node, else NODE_NAME (the DaemonSet sets it from
+ * spec.nodeName), else the host name (what k3s and kubeadm register a node as by default).
+ */
+function nodeName(given: string | undefined): string {
+  const name = given ?? process.env['NODE_NAME'] ?? hostname();
+  if (!/^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$/.test(name) || name.length > 253) {
+    throw new EgressguardError('usage', `Cannot use "${name}" as a Kubernetes node name`, {
+      hint: 'give --node NAME as `kubectl get nodes` lists it (lowercase letters, digits, - and .)',
+    });
+  }
+  return name;
+}
+
+/** The Cilium backend's cluster side: the gateway label resident and the cluster checklist. */
+export const ciliumClusterSupport: ClusterSupport = {
+  description:
+    'keeps the egress gateway label on this node only while its tunnel is up, and re-applies the CiliumEgressGatewayPolicy when it returns',
+  duties: gatewayDuties,
+  async connect(input) {
+    const node = nodeName(input.node);
+    const client = createKubeClient({ kubeconfig: input.credentials });
+    // Fail at start, not at the first tunnel event: the node must exist and be readable.
+    await client.readNodeLabels(node);
+    // prom-client is loaded by the resident only, not by every command that lists backends.
+    const { createGatewayConnection } = await import('./gateway-connection.js');
+    return createGatewayConnection({ client, node });
+  },
+  async diagnose(input) {
+    if (input.credentials === undefined) return clusterChecklist();
+    const client = createKubeClient({ kubeconfig: input.credentials });
+    const read = async <T>(what: () => Promise<T>): Promise<{ data: T } | { error: string }> => {
+      try {
+        return { data: await what() };
+      } catch (error) {
+        if (!isEgressguardError(error)) throw error;
+        return { error: error.message };
+      }
+    };
+    const [config, images] = await Promise.all([
+      read(() => client.readConfigMap('kube-system', 'cilium-config')),
+      read(() => client.readDaemonSetImages('kube-system', 'cilium')),
+    ]);
+    return diagnoseCluster({ config, images });
+  },
+};

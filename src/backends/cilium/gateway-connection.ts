@@ -1,0 +1,144 @@
+import { Counter, Gauge, Registry } from 'prom-client';
+import type { ClusterChange, ClusterConnection, ClusterDuty } from '../backend.js';
+import { gatewayLabel } from './gateway-label.js';
+import { GATEWAY_METRICS } from './gateway-metrics.js';
+import type { EgressGatewayPolicyObject, KubeClient } from './kube-client.js';
+
+/** The annotation whose change re-applies an egress gateway policy. */
+export const REAPPLIED_ANNOTATION = 'egressguard.dev/reapplied-at';
+
+/**
+ * The gateway node's side of the egress gateway kill switch, on the cluster: the node carries a
+ * tunnel class's gateway label only while that tunnel is up and routable. With the label gone no
+ * node matches the policy's gateway nodeSelector and Cilium drops the class's traffic
+ * (DROP_NO_EGRESS_GATEWAY) instead of sending it out another device with a stale egress IP. When
+ * the label comes back (and on the resident's first pass) every CiliumEgressGatewayPolicy that
+ * selects it is re-applied, because Cilium picks the egress IP once and "does not automatically
+ * respond to a change in the gateway node's network configuration … You can force a fresh
+ * selection by re-applying the Egress Gateway policy" (EGW doc; ../shared/reference/cilium/
+ * NOTES.md). Re-applied here means an update of the object (an annotation with the time), which
+ * Cilium's policy watcher receives as an update event; that Cilium re-selects on an update that
+ * changes only metadata is the documented advice, not something measurable here: the generated
+ * chainsaw suite checks it on a cluster ("after the tunnel restart").
+ */
+export function createGatewayConnection(input: {
+  readonly client: KubeClient;
+  readonly node: string;
+  readonly now?: () => Date;
+}): ClusterConnection {
+  const { client, node } = input;
+  const now = input.now ?? (() => new Date());
+  const registry = new Registry();
+  const metric = <K extends keyof typeof GATEWAY_METRICS>(key: K) => GATEWAY_METRICS[key];
+  const labelPresent = new Gauge({
+    name: metric('labelPresent').name,
+    help: metric('labelPresent').help,
+    labelNames: metric('labelPresent').labels,
+    registers: [registry],
+  });
+  const tunnelUp = new Gauge({
+    name: metric('tunnelUp').name,
+    help: metric('tunnelUp').help,
+    labelNames: metric('tunnelUp').labels,
+    registers: [registry],
+  });
+  const reapplied = new Counter({
+    name: metric('policyReapplied').name,
+    help: metric('policyReapplied').help,
+    labelNames: metric('policyReapplied').labels,
+    registers: [registry],
+  });
+  const lastChange = new Gauge({
+    name: metric('lastChange').name,
+    help: metric('lastChange').help,
+    labelNames: metric('lastChange').labels,
+    registers: [registry],
+  });
+  // Duties converged at least once, and those whose policies still need re-applying: the first
+  // pass that finds the tunnel up re-applies too (the policy may have been selected while this
+  // resident was not running), and a re-apply that failed is tried again at the next pass.
+  const started = new Set<string>();
+  const pending = new Set<string>();
+  // The tunnel state of the last converge that reached the cluster, per duty.
+  const lastUp = new Map<string, boolean>();
+
+  const reapply = async (duty: ClusterDuty): Promise<string[]> => {
+    const label = gatewayLabel(duty.id);
+    const policies = (await client.listEgressGatewayPolicies()).filter((p) =>
+      selectsLabel(p, label),
+    );
+    const stamp = now().toISOString();
+    for (const policy of policies) {
+      await client.annotateEgressGatewayPolicy(policy.name, { [REAPPLIED_ANNOTATION]: stamp });
+      reapplied.inc({ node, policy: policy.name });
+    }
+    return policies.map((p) => p.name);
+  };
+
+  return {
+    node,
+    server: client.server,
+    async converge(duty, up): Promise<ClusterChange> {
+      const label = gatewayLabel(duty.id);
+      const series = { node, gateway_label: `${label.key}=${label.value}` };
+      tunnelUp.set({ node, tunnel: duty.tunnel }, up ? 1 : 0);
+      if (!started.has(duty.id)) {
+        started.add(duty.id);
+        pending.add(duty.id);
+        lastChange.set({ node }, now().getTime() / 1000);
+      }
+      // Taking the label off is the kill switch: when the tunnel has just gone, one patch and no
+      // read first (removing an absent label changes nothing, and the API server skips writes
+      // that change nothing). Otherwise read, so a label someone set by hand is seen.
+      if (!up && lastUp.get(duty.id) === true) {
+        await client.patchNodeLabels(node, { [label.key]: null });
+        lastUp.set(duty.id, false);
+        pending.delete(duty.id);
+        lastChange.set({ node }, now().getTime() / 1000);
+        labelPresent.set(series, 0);
+        return { changed: true, marked: false, reapplied: [] };
+      }
+      const labels = await client.readNodeLabels(node);
+      const marked = labels[label.key] === label.value;
+      labelPresent.set(series, label.key in labels ? 1 : 0);
+      let changed = false;
+      if (up && !marked) {
+        await client.patchNodeLabels(node, { [label.key]: label.value });
+        changed = true;
+        pending.add(duty.id);
+      } else if (!up && label.key in labels) {
+        // Any value of our key goes: a label someone set by hand must not keep the gateway.
+        await client.patchNodeLabels(node, { [label.key]: null });
+        changed = true;
+      }
+      lastUp.set(duty.id, up);
+      if (!up) pending.delete(duty.id);
+      if (changed) lastChange.set({ node }, now().getTime() / 1000);
+      labelPresent.set(series, up ? 1 : 0);
+      let names: string[] = [];
+      if (up && pending.has(duty.id)) {
+        names = await reapply(duty);
+        pending.delete(duty.id);
+      }
+      return { changed, marked: up, reapplied: names };
+    },
+    async metrics() {
+      return { contentType: registry.contentType, text: await registry.metrics() };
+    },
+    async close() {
+      registry.clear();
+      await Promise.resolve();
+    },
+  };
+}
+
+/** Whether a policy's gateway nodeSelector names the label (by value, or by key in an expression). */
+function selectsLabel(
+  policy: EgressGatewayPolicyObject,
+  label: { readonly key: string; readonly value: string },
+): boolean {
+  return (
+    policy.nodeSelector.matchLabels[label.key] === label.value ||
+    policy.nodeSelector.matchExpressions.some((e) => e.key === label.key)
+  );
+}

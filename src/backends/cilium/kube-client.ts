@@ -1,0 +1,250 @@
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import type * as K8s from '@kubernetes/client-node';
+import { EgressguardError } from '../../core/index.js';
+
+/**
+ * The few Kubernetes API calls egressguard makes, through @kubernetes/client-node: read and
+ * merge-patch its own Node, list and merge-patch CiliumEgressGatewayPolicies, read a ConfigMap
+ * and a DaemonSet (doctor). Each call retries what the API server says is worth retrying (409
+ * conflict, 429, 5xx, a connection that failed or timed out) a few times with a short backoff,
+ * then fails with an EgressguardError that names the call. deploy/kubernetes/rbac.yaml grants
+ * exactly these verbs (tested in deploy-kubernetes.test.ts against KUBE_CALLS).
+ */
+export interface KubeClient {
+  /** The API server's URL, as the credentials name it. */
+  readonly server: string;
+  readNodeLabels(node: string): Promise<Readonly<Record<string, string>>>;
+  /** Sets (a string) or removes (null) labels of a Node with one merge patch. */
+  patchNodeLabels(node: string, labels: Readonly<Record<string, string | null>>): Promise<void>;
+  listEgressGatewayPolicies(): Promise<readonly EgressGatewayPolicyObject[]>;
+  /** Sets annotations of a CiliumEgressGatewayPolicy with one merge patch. */
+  annotateEgressGatewayPolicy(
+    name: string,
+    annotations: Readonly<Record<string, string>>,
+  ): Promise<void>;
+  readConfigMap(namespace: string, name: string): Promise<Readonly<Record<string, string>>>;
+  /** The images of a DaemonSet's containers. */
+  readDaemonSetImages(namespace: string, name: string): Promise<readonly string[]>;
+}
+
+/** What the resident reads of a CiliumEgressGatewayPolicy. */
+export interface EgressGatewayPolicyObject {
+  readonly name: string;
+  readonly nodeSelector: {
+    readonly matchLabels: Readonly<Record<string, string>>;
+    readonly matchExpressions: readonly { readonly key: string }[];
+  };
+}
+
+/** Every API call the code makes, as RBAC names it: what deploy/kubernetes grants, no more. */
+export const KUBE_CALLS = {
+  gateway: [
+    { apiGroup: '', resource: 'nodes', verbs: ['get', 'patch'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list', 'patch'] },
+  ],
+  doctor: [
+    { apiGroup: '', resource: 'configmaps', verbs: ['get'], names: ['cilium-config'] },
+    { apiGroup: 'apps', resource: 'daemonsets', verbs: ['get'], names: ['cilium'] },
+  ],
+} as const;
+
+const CILIUM = { group: 'cilium.io', version: 'v2', plural: 'ciliumegressgatewaypolicies' };
+const ATTEMPTS = 5;
+const BACKOFF_MS = [50, 100, 200, 400];
+const REQUEST_TIMEOUT_MS = 5_000;
+
+/** Where credentials come from: a kubeconfig file, or the pod's service account (in-cluster). */
+export interface KubeCredentials {
+  readonly kubeconfig: string | undefined;
+}
+
+type ClientModule = typeof K8s;
+
+let loaded: ClientModule | undefined;
+
+/**
+ * Loads @kubernetes/client-node on first use only: it is ~2 s of module loading, which no
+ * command but the cluster ones should pay. An ES module loaded with require (Node ≥ 20.19), so
+ * the CLI bundle keeps it external and needs no dynamic import in its vm.Script.
+ */
+function clientModule(): ClientModule {
+  loaded ??= createRequire(import.meta.url)('@kubernetes/client-node') as ClientModule;
+  return loaded;
+}
+
+/** A client for the cluster the credentials name. */
+export function createKubeClient(credentials: KubeCredentials): KubeClient {
+  const k8s = clientModule();
+  const config = new k8s.KubeConfig();
+  const source = credentials.kubeconfig ?? 'the in-cluster service account';
+  try {
+    if (credentials.kubeconfig === undefined) {
+      if (process.env['KUBERNETES_SERVICE_HOST'] === undefined) {
+        throw new Error('KUBERNETES_SERVICE_HOST is not set: this is not a pod');
+      }
+      config.loadFromCluster();
+    } else {
+      // Read here, so a missing file is our error and not the library's.
+      config.loadFromString(readFileSync(credentials.kubeconfig, 'utf8'));
+    }
+  } catch (error) {
+    throw new EgressguardError(
+      'cluster-api',
+      `Cannot load Kubernetes credentials from ${source}: ${(error as Error).message}`,
+      {
+        cause: error,
+        hint: 'give --kubeconfig FILE, or run inside a pod with a service account (deploy/kubernetes/)',
+      },
+    );
+  }
+  const server = config.getCurrentCluster()?.server;
+  if (server === undefined || server === '') {
+    throw new EgressguardError(
+      'cluster-api',
+      `Cannot use the Kubernetes credentials from ${source}: no current cluster with a server`,
+      { hint: 'set current-context in the kubeconfig to a context whose cluster has a server' },
+    );
+  }
+  const core = config.makeApiClient(k8s.CoreV1Api);
+  const apps = config.makeApiClient(k8s.AppsV1Api);
+  const custom = config.makeApiClient(k8s.CustomObjectsApi);
+  const merge = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch);
+
+  const call = <T>(what: string, request: () => Promise<T>): Promise<T> =>
+    withRetries(what, server, request, k8s.ApiException);
+
+  return {
+    server,
+    async readNodeLabels(node) {
+      const object = await call(`read node "${node}"`, () => core.readNode({ name: node }));
+      return object.metadata?.labels ?? {};
+    },
+    async patchNodeLabels(node, labels) {
+      await call(`patch the labels of node "${node}"`, () =>
+        core.patchNode({ name: node, body: { metadata: { labels } } }, merge),
+      );
+    },
+    async listEgressGatewayPolicies() {
+      const list = (await call('list CiliumEgressGatewayPolicies', () =>
+        custom.listClusterCustomObject(CILIUM),
+      )) as { items?: unknown[] };
+      return (list.items ?? []).map(readEgressGatewayPolicy);
+    },
+    async annotateEgressGatewayPolicy(name, annotations) {
+      await call(`annotate CiliumEgressGatewayPolicy "${name}"`, () =>
+        custom.patchClusterCustomObject(
+          { ...CILIUM, name, body: { metadata: { annotations } } },
+          merge,
+        ),
+      );
+    },
+    async readConfigMap(namespace, name) {
+      const map = await call(`read ConfigMap ${namespace}/${name}`, () =>
+        core.readNamespacedConfigMap({ name, namespace }),
+      );
+      return map.data ?? {};
+    },
+    async readDaemonSetImages(namespace, name) {
+      const set = await call(`read DaemonSet ${namespace}/${name}`, () =>
+        apps.readNamespacedDaemonSet({ name, namespace }),
+      );
+      return (set.spec?.template.spec?.containers ?? []).flatMap((c) =>
+        c.image === undefined ? [] : [c.image],
+      );
+    },
+  };
+}
+
+function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
+  const object = item as {
+    metadata?: { name?: string };
+    spec?: {
+      egressGateway?: {
+        nodeSelector?: {
+          matchLabels?: Record<string, string>;
+          matchExpressions?: { key: string }[];
+        };
+      };
+    };
+  };
+  const selector = object.spec?.egressGateway?.nodeSelector;
+  return {
+    name: object.metadata?.name ?? '',
+    nodeSelector: {
+      matchLabels: selector?.matchLabels ?? {},
+      matchExpressions: selector?.matchExpressions ?? [],
+    },
+  };
+}
+
+/** The HTTP status of a failed call, or undefined when no answer came (connection, timeout). */
+function statusOf(error: unknown, apiException: ClientModule['ApiException']): number | undefined {
+  return error instanceof apiException ? error.code : undefined;
+}
+
+/** Conflicts (a concurrent writer), throttling and server errors pass; 4xx otherwise do not. */
+function isRetryable(status: number | undefined): boolean {
+  return status === undefined || status === 409 || status === 429 || status >= 500;
+}
+
+function messageOf(error: unknown, apiException: ClientModule['ApiException']): string {
+  if (error instanceof apiException) {
+    try {
+      const body = JSON.parse(String(error.body)) as { message?: string };
+      if (typeof body.message === 'string') return `HTTP ${error.code}: ${body.message}`;
+    } catch {
+      // not a Status object: fall through
+    }
+    return `HTTP ${error.code}`;
+  }
+  return (error as Error).message;
+}
+
+async function withRetries<T>(
+  what: string,
+  server: string,
+  request: () => Promise<T>,
+  apiException: ClientModule['ApiException'],
+): Promise<T> {
+  let last: unknown;
+  for (let attempt = 0; attempt < ATTEMPTS; attempt++) {
+    if (attempt > 0) await sleep(BACKOFF_MS[attempt - 1] ?? 400);
+    try {
+      return await withTimeout(request(), REQUEST_TIMEOUT_MS);
+    } catch (error) {
+      last = error;
+      if (!isRetryable(statusOf(error, apiException))) break;
+    }
+  }
+  const status = statusOf(last, apiException);
+  throw new EgressguardError(
+    'cluster-api',
+    `Cannot ${what} on ${server}: ${messageOf(last, apiException)}`,
+    {
+      cause: last,
+      hint:
+        status === 401 || status === 403
+          ? 'check the credentials and the RBAC grants (deploy/kubernetes/rbac.yaml)'
+          : status === 404
+            ? 'check the name, and that Cilium and its CRDs are installed'
+            : 'check that the API server is reachable; the resident retries at its next check',
+    },
+  );
+}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reject(new Error(`no answer within ${ms} ms`));
+    }, ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => {
+    clearTimeout(timer);
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,180 @@
+import { createStepTimer, EgressguardError } from '../../core/index.js';
+import type { Runner } from '../../runner/index.js';
+import type { Applier, Artifact } from '../backend.js';
+import { anchorText, readDesiredAnchor, readLiveAnchor } from './pf-inspector.js';
+import type { PfOptions } from './pf-options.js';
+import { forgetOwnToken, readOwnToken, writeOwnToken } from './pf-token.js';
+import { parseEnableToken, parseReferenceTokens, type Pfctl } from './pfctl-command.js';
+
+/** Fault points of a pf apply, in the order an apply reaches them (kill points). */
+export const PF_KILL_POINTS = ['before-pf-load', 'after-pf-load', 'after-pf-reference'] as const;
+
+/**
+ * The pf applier (DESIGN.md §4, pf): validate with `pfctl -n -a ANCHOR -f -`, load the anchor
+ * alone with `pfctl -a ANCHOR -f -` (one transaction: tables, NAT, filter), keep pf enabled with
+ * our own `-E` token (checked with `-s References` before another is taken), and kill the class
+ * sources' states only when live rules changed. Never `pfctl -f /etc/pf.conf`, never `-F`
+ * without `-a`, never `-d`; no blind retry of "Resource busy" (the host lock serialises us).
+ */
+export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner): Applier {
+  const { anchor } = options;
+
+  const validate = async (text: string): Promise<string | null> => {
+    const checked = await pfctl.read(['-n', '-a', anchor, '-f', '-'], text);
+    return checked.exitCode === 0 ? null : pfctlComplaint(checked.stderr);
+  };
+
+  const load = async (text: string): Promise<void> => {
+    const loaded = await pfctl.tryChange(['-a', anchor, '-f', '-'], text);
+    if (loaded.exitCode !== 0) {
+      throw new EgressguardError(
+        'apply-failed',
+        `Cannot load pf anchor "${anchor}": pfctl exited with ${loaded.exitCode}: ${pfctlComplaint(loaded.stderr)}`,
+        {
+          hint: /Resource busy/.test(loaded.stderr)
+            ? 'another process loaded this anchor at the same time (a transaction collision); nothing changed: apply again'
+            : 'nothing changed; run `egressguard plan` to see what pfctl rejects',
+        },
+      );
+    }
+  };
+
+  /** Our own reference: kept when `-s References` still lists it, else taken anew. */
+  const ensureReference = async (): Promise<boolean> => {
+    const own = readOwnToken(options.tokenFile);
+    if (own !== null) {
+      const listed = await pfctl.read(['-s', 'References']);
+      if (parseReferenceTokens(listed.stdout).includes(own.token)) return false;
+    }
+    const enabled = await pfctl.change(['-E']);
+    const token = parseEnableToken(enabled);
+    if (token === null) {
+      throw new EgressguardError('apply-failed', 'Cannot read the token `pfctl -E` printed', {
+        hint: `pfctl printed: ${(enabled.stderr + enabled.stdout).trim() || 'nothing'}`,
+      });
+    }
+    writeOwnToken(options.tokenFile, token);
+    return true;
+  };
+
+  const killStates = async (artifacts: readonly Artifact[]): Promise<void> => {
+    for (const prefix of readDesiredAnchor(anchorText(artifacts), anchor).sourcePrefixes) {
+      if (prefix.startsWith('!')) continue;
+      await pfctl.change(['-k', prefix]);
+    }
+  };
+
+  return {
+    async plan(artifacts) {
+      const text = anchorText(artifacts);
+      const problems: string[] = [];
+      const complaint = await validate(text);
+      if (complaint !== null) problems.push(`pfctl rejects the anchor: ${complaint}`);
+      const live = await readLiveAnchor(pfctl, anchor);
+      const wanted = /eg-hash:([0-9a-f]{64})/.exec(text)?.[1] ?? null;
+      const desired = readDesiredAnchor(text, anchor);
+      const changes: string[] = [];
+      const rules = [...desired.filterLabels.values()].reduce((a, b) => a + b, 0);
+      if (!live.exists) {
+        changes.push(
+          `+ pf anchor "${anchor}" (${desired.tables.size} tables, ${desired.natRules} nat, ${rules} filter rules)`,
+        );
+      } else if (live.hash !== wanted) {
+        changes.push(`~ pf anchor "${anchor}" (hash ${short(live.hash)} → ${short(wanted)})`);
+      }
+      const own = readOwnToken(options.tokenFile);
+      const listed = await pfctl.read(['-s', 'References']);
+      if (own === null || !parseReferenceTokens(listed.stdout).includes(own.token)) {
+        changes.push('+ pf enable reference of our own (pfctl -E)');
+      }
+      return { changes, problems };
+    },
+
+    async apply(artifacts, applyOptions) {
+      const timer = applyOptions.timer ?? createStepTimer();
+      const text = anchorText(artifacts);
+      if (applyOptions.routingOnly === true) {
+        // No routing of our own: the anchor is intact; keep our reference.
+        await ensureReference();
+        return { deferred: [] };
+      }
+      const complaint = await timer.time('validate', () => validate(text));
+      if (complaint !== null) {
+        throw new EgressguardError(
+          'apply-failed',
+          `Cannot apply: pfctl rejects the anchor: ${complaint}`,
+          {
+            hint: 'nothing changed; this is a compiler bug or a pfctl this build does not know: report it',
+          },
+        );
+      }
+      const before = await timer.time('read live', () => readLiveAnchor(pfctl, anchor));
+      await runner.faults.hit('before-pf-load');
+      await timer.time('load', () => load(text));
+      try {
+        await runner.faults.hit('after-pf-load');
+        await timer.time('reference', ensureReference);
+        await runner.faults.hit('after-pf-reference');
+        const after = await readLiveAnchor(pfctl, anchor);
+        // States outlive rules (floating by default): a flow set up under the old rules keeps
+        // its path. Kill the class's states when live rules changed, never on a no-op re-converge.
+        if (after.fingerprint !== before.fingerprint || applyOptions.force === true) {
+          await timer.time('kill states', () => killStates(artifacts));
+        }
+        return { deferred: [] };
+      } catch (error) {
+        if (applyOptions.previous !== undefined) await load(anchorText(applyOptions.previous));
+        throw new EgressguardError(
+          'partially-applied',
+          `Cannot finish the apply: a step after the pf load failed${applyOptions.previous === undefined ? '' : ', so the previous anchor was loaded again'}: ${(error as Error).message}`,
+          { cause: error, hint: 'fix the cause and apply again; `status` shows it until then' },
+        );
+      }
+    },
+
+    async lockdown(content) {
+      await load(content);
+      await ensureReference();
+    },
+
+    async remove() {
+      const removed: string[] = [];
+      const live = await readLiveAnchor(pfctl, anchor);
+      if (live.exists) {
+        // `-F all` with `-a`: this anchor's rules, NAT and tables only (F93 pfctl.c main).
+        await pfctl.change(['-a', anchor, '-F', 'all']);
+        removed.push(`pf anchor "${anchor}"`);
+      }
+      const own = readOwnToken(options.tokenFile);
+      if (own !== null) {
+        const listed = await pfctl.read(['-s', 'References']);
+        if (parseReferenceTokens(listed.stdout).includes(own.token)) {
+          // Releases our reference only: pf stays enabled while others hold one (XNU 1668–1694).
+          await pfctl.change(['-X', own.token]);
+          removed.push(`pf enable reference ${own.token}`);
+        }
+        forgetOwnToken(options.tokenFile);
+      }
+      return { removed };
+    },
+  };
+}
+
+/** pfctl's message without the warnings it prints on every `-f` (PFCTL_LOAD_WARNING, ALTQ). */
+function pfctlComplaint(stderr: string): string {
+  const lines = stderr
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(
+      (l) =>
+        l !== '' &&
+        !/^(No ALTQ support|ALTQ related functions|pfctl: Use of -f option|present in the main ruleset|See \/etc\/pf\.conf for further details)/.test(
+          l,
+        ),
+    );
+  return lines.join('; ') || 'no message';
+}
+
+function short(hash: string | null): string {
+  return hash === null ? 'none' : hash.slice(0, 12);
+}

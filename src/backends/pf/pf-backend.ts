@@ -1,0 +1,44 @@
+import type { Backend } from '../backend.js';
+import { createPfApplier } from './pf-applier.js';
+import { ANCHOR_ARTIFACT, createPfCompiler } from './pf-compiler.js';
+import { createPfInspector } from './pf-inspector.js';
+import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
+import { classifyPfctlCommand, createPfctl } from './pfctl-command.js';
+import { pfUnits } from './pf-units.js';
+
+/**
+ * macOS: one pf anchor (by default `com.apple/250.egressguard`, reached through the stock
+ * `anchor "com.apple/*"` hooks, so pf.conf is never edited), loaded alone and atomically, kept
+ * enabled by our own `-E` reference. pf does not run here: the applier and inspector are tested
+ * against the pfctl model (pfctl-model.ts), the compiler against the pf evaluator.
+ */
+export const pfBackend: Backend = {
+  name: 'pf',
+  layer: 'pf',
+  capabilities: {
+    supportsSteering: false,
+    supportsKillSwitch: false,
+    supportsAudit: true,
+    supportsMssClamp: false,
+    supportsHostClasses: false,
+    supportsRuleCounters: true,
+    runsHere: false,
+  },
+  options: PF_OPTIONS,
+  artifactRoles: { [ANCHOR_ARTIFACT]: 'firewall' },
+  describeScope(options) {
+    const parsed = parsePfOptions(options);
+    return `pf anchor "${parsed.anchor}" and the pf enable reference recorded in "${parsed.tokenFile}"`;
+  },
+  classifyCommand: classifyPfctlCommand,
+  createCompiler: createPfCompiler,
+  createApplier(context) {
+    const options = parsePfOptions(context.options);
+    return createPfApplier(createPfctl(context.runner, options), options, context.runner);
+  },
+  createInspector(context) {
+    const options = parsePfOptions(context.options);
+    return createPfInspector(createPfctl(context.runner, options), options);
+  },
+  units: pfUnits,
+};

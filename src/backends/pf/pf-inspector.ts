@@ -1,0 +1,302 @@
+import { createHash } from 'node:crypto';
+import { EgressguardError } from '../../core/index.js';
+import type { Artifact, Inspector, LiveCounter, LiveProblem, LiveState } from '../backend.js';
+import { loadPfConfText } from './expand-pf-rules.js';
+import { formatPrefix } from './format-pf-rule.js';
+import { ANCHOR_ARTIFACT, HASH_LABEL_PREFIXES, SOURCE_TABLE_PREFIX } from './pf-compiler.js';
+import type { PfOptions } from './pf-options.js';
+import { listChildAnchors } from './pf-evaluator.js';
+import {
+  parseReferenceTokens,
+  parseShownRules,
+  type Pfctl,
+  type ShownRule,
+} from './pfctl-command.js';
+import { readOwnToken } from './pf-token.js';
+
+/** What the anchor file asks for, read from the file itself (parsed as pfctl would). */
+export interface DesiredAnchor {
+  /** Kernel rules per label, filter and translation rulesets (translation rules carry none). */
+  readonly filterLabels: ReadonlyMap<string, number>;
+  readonly natRules: number;
+  readonly scrubRules: number;
+  /** Table name → entries as `pfctl -T show` prints them. */
+  readonly tables: ReadonlyMap<string, readonly string[]>;
+  /** The class source tables' entries: whose states a change kills. */
+  readonly sourcePrefixes: readonly string[];
+}
+
+export function anchorText(artifacts: readonly Artifact[]): string {
+  const found = artifacts.find((a) => a.name === ANCHOR_ARTIFACT);
+  if (found === undefined) {
+    throw new EgressguardError('state-corrupt', `Cannot find artifact "${ANCHOR_ARTIFACT}" for pf`);
+  }
+  return found.content;
+}
+
+/** Parses and expands the anchor file as pfctl would load it (F93 expand_rule). */
+export function readDesiredAnchor(text: string, anchor: string): DesiredAnchor {
+  const loaded = loadPfConfText(text, {
+    file: ANCHOR_ARTIFACT,
+    anchorPath: anchor,
+    interfaces: new Map(),
+  });
+  if (loaded.load === null) {
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot read the pf anchor file: ${loaded.problems.map((p) => `${p.line}: ${p.message}`).join('; ')}`,
+    );
+  }
+  const filterLabels = new Map<string, number>();
+  for (const rule of loaded.load.rulesets.filter) {
+    const label = rule.label ?? '';
+    filterLabels.set(label, (filterLabels.get(label) ?? 0) + 1);
+  }
+  const tables = new Map<string, string[]>();
+  const sourcePrefixes: string[] = [];
+  for (const [name, table] of loaded.load.tables) {
+    const entries = table.entries.map((e) => `${e.negated ? '!' : ''}${formatPrefix(e.prefix)}`);
+    tables.set(name, entries);
+    if (name.startsWith(SOURCE_TABLE_PREFIX)) sourcePrefixes.push(...entries);
+  }
+  return {
+    filterLabels,
+    natRules: loaded.load.rulesets.nat.length,
+    scrubRules: loaded.load.rulesets.scrub.length,
+    tables,
+    sourcePrefixes,
+  };
+}
+
+/** Our anchor as pfctl shows it now. */
+export interface LiveAnchor {
+  readonly exists: boolean;
+  readonly filter: readonly ShownRule[];
+  readonly nat: readonly ShownRule[];
+  readonly hash: string | null;
+  /** sha256 of the rule texts, counters left out. */
+  readonly fingerprint: string | null;
+}
+
+export async function readLiveAnchor(pfctl: Pfctl, anchor: string): Promise<LiveAnchor> {
+  const rules = await pfctl.read(['-a', anchor, '-v', '-s', 'rules']);
+  if (rules.exitCode !== 0) {
+    return { exists: false, filter: [], nat: [], hash: null, fingerprint: null };
+  }
+  const nat = await pfctl.read(['-a', anchor, '-s', 'nat']);
+  const filter = parseShownRules(rules.stdout);
+  const translation = nat.exitCode === 0 ? parseShownRules(nat.stdout) : [];
+  const halves = HASH_LABEL_PREFIXES.map((prefix) =>
+    filter.find((r) => r.label?.startsWith(prefix) === true)?.label?.slice(prefix.length),
+  );
+  const hash = halves.every((h) => h !== undefined && /^[0-9a-f]{32}$/.test(h))
+    ? halves.join('')
+    : null;
+  const texts = [...filter, ...translation].map((r) => r.text);
+  return {
+    exists: texts.length > 0,
+    filter,
+    nat: translation,
+    hash,
+    fingerprint:
+      texts.length === 0 ? null : createHash('sha256').update(texts.join('\n')).digest('hex'),
+  };
+}
+
+/**
+ * Reads our anchor back by labels (`-vsr`, `-sn`, `-T show`), checks it is consulted (reachable
+ * from the main ruleset through `anchor`/`nat-anchor` points, pf enabled, our own `-E` reference
+ * held) and lists siblings evaluated before ours that pass quick (DESIGN.md §4, pf).
+ */
+export function createPfInspector(pfctl: Pfctl, options: PfOptions): Inspector {
+  return {
+    async read(expected) {
+      const live = await readLiveAnchor(pfctl, options.anchor);
+      const missing: LiveProblem[] = [];
+      const unexpected: LiveProblem[] = [];
+      const problem = (what: string): LiveProblem => ({ what, waitingFor: null });
+      const desired =
+        expected === undefined
+          ? undefined
+          : readDesiredAnchor(anchorText(expected), options.anchor);
+
+      if (desired !== undefined && live.exists) {
+        const liveLabels = new Map<string, number>();
+        // `-sr` lists the scrub ruleset first (F93 pfctl_show_rules): counted on its own.
+        const scrub = live.filter.filter((r) => r.text.startsWith('scrub '));
+        if (scrub.length !== desired.scrubRules) {
+          (scrub.length < desired.scrubRules ? missing : unexpected).push(
+            problem(
+              `scrub rules in anchor "${options.anchor}": ${scrub.length} live, ${desired.scrubRules} desired`,
+            ),
+          );
+        }
+        for (const rule of live.filter) {
+          if (rule.text.startsWith('scrub ')) continue;
+          const label = rule.label ?? '';
+          liveLabels.set(label, (liveLabels.get(label) ?? 0) + 1);
+        }
+        for (const [label, count] of desired.filterLabels) {
+          const have = liveLabels.get(label) ?? 0;
+          if (have < count)
+            missing.push(
+              problem(
+                `${count - have} pf rule(s) labelled "${label}" in anchor "${options.anchor}"`,
+              ),
+            );
+        }
+        for (const [label, count] of liveLabels) {
+          const want = desired.filterLabels.get(label) ?? 0;
+          if (count > want)
+            unexpected.push(
+              problem(
+                `${count - want} pf rule(s) labelled "${label}" in anchor "${options.anchor}"`,
+              ),
+            );
+        }
+        if (live.nat.length !== desired.natRules) {
+          (live.nat.length < desired.natRules ? missing : unexpected).push(
+            problem(
+              `nat rules in anchor "${options.anchor}": ${live.nat.length} live, ${desired.natRules} desired`,
+            ),
+          );
+        }
+        for (const [name, entries] of desired.tables) {
+          const shown = await pfctl.read(['-a', options.anchor, '-t', name, '-T', 'show']);
+          const have =
+            shown.exitCode === 0
+              ? shown.stdout
+                  .split('\n')
+                  .map((l) => l.trim())
+                  .filter((l) => l !== '')
+              : [];
+          const wanted = new Set(entries);
+          const lacking = entries.filter((e) => !have.includes(e));
+          const extra = have.filter((e) => !wanted.has(e));
+          if (lacking.length > 0)
+            missing.push(problem(`table <${name}> entries ${lacking.join(', ')}`));
+          if (extra.length > 0)
+            unexpected.push(problem(`table <${name}> entries ${extra.join(', ')}`));
+        }
+      }
+
+      const collisions: string[] = [];
+      if (live.exists) {
+        missing.push(...(await checkConsulted(pfctl, options.anchor, live.nat.length > 0)));
+        collisions.push(...(await quickSiblings(pfctl, options.anchor)));
+        missing.push(...(await checkReference(pfctl, options.tokenFile)));
+      }
+
+      const counters = new Map<string, { packets: number; bytes: number }>();
+      for (const rule of live.filter) {
+        if (
+          rule.label === null ||
+          HASH_LABEL_PREFIXES.some((p) => rule.label?.startsWith(p) === true)
+        )
+          continue;
+        const sum = counters.get(rule.label) ?? { packets: 0, bytes: 0 };
+        counters.set(rule.label, {
+          packets: sum.packets + rule.packets,
+          bytes: sum.bytes + rule.bytes,
+        });
+      }
+      const liveCounters: LiveCounter[] = [...counters].map(([id, c]) => ({ id, ...c }));
+      return {
+        present: live.exists,
+        hash: live.hash,
+        fingerprint: live.fingerprint,
+        counters: liveCounters,
+        missing,
+        unexpected,
+        collisions,
+        tunnels: [],
+      } satisfies LiveState;
+    },
+  };
+}
+
+/**
+ * Loaded is not consulted: pf must be enabled, and the main ruleset must reach our anchor, by
+ * name or through a wildcard point on its parent (`anchor "com.apple/*"` in stock pf.conf,
+ * NOTES.md §5), for filtering and, when we translate, for NAT.
+ */
+async function checkConsulted(
+  pfctl: Pfctl,
+  anchor: string,
+  hasNat: boolean,
+): Promise<LiveProblem[]> {
+  const problems: LiveProblem[] = [];
+  const info = await pfctl.read(['-s', 'info']);
+  if (!/Status:\s*Enabled/.test(info.stdout)) {
+    problems.push({ what: 'pf is disabled: no rule of ours is consulted', waitingFor: null });
+  }
+  const points = anchorPoints(anchor);
+  const reached = (shown: string, keyword: string): boolean =>
+    points.some((p) => shown.includes(`${keyword} "${p}"`));
+  const main = await pfctl.read(['-s', 'rules']);
+  if (!reached(main.stdout, 'anchor')) {
+    problems.push({
+      what: `an anchor point in the main ruleset that reaches "${anchor}" (anchor "${points.join('" or "')}"): our rules are loaded but not consulted`,
+      waitingFor: null,
+    });
+  }
+  if (hasNat) {
+    const mainNat = await pfctl.read(['-s', 'nat']);
+    if (!reached(mainNat.stdout, 'nat-anchor')) {
+      problems.push({
+        what: `a nat-anchor point in the main ruleset that reaches "${anchor}": our NAT is loaded but not consulted`,
+        waitingFor: null,
+      });
+    }
+  }
+  return problems;
+}
+
+/** The main-ruleset anchor points that evaluate `anchor`: its own name, or `parent/*`. */
+function anchorPoints(anchor: string): string[] {
+  const slash = anchor.lastIndexOf('/');
+  return slash < 0 ? [anchor] : [anchor, `${anchor.slice(0, slash)}/*`];
+}
+
+/** Siblings that sort before ours (evaluated first, pf.conf.5:2562-2565) and hold a pass quick. */
+async function quickSiblings(pfctl: Pfctl, anchor: string): Promise<string[]> {
+  const slash = anchor.lastIndexOf('/');
+  if (slash < 0) return [];
+  const parent = anchor.slice(0, slash);
+  const shown = await pfctl.read(['-a', parent, '-s', 'Anchors']);
+  if (shown.exitCode !== 0) return [];
+  const siblings = listChildAnchors(
+    shown.stdout
+      .split('\n')
+      .map((l) => l.trim())
+      .filter((l) => l !== ''),
+    parent,
+  ).filter((s) => s < anchor);
+  const out: string[] = [];
+  for (const sibling of siblings) {
+    const rules = await pfctl.read(['-a', sibling, '-s', 'rules']);
+    const quick = parseShownRules(rules.stdout).filter((r) => /^pass\b.*\bquick\b/.test(r.text));
+    if (quick.length > 0) {
+      out.push(
+        `anchor "${sibling}" is evaluated before "${anchor}" and passes quick: ${quick.map((r) => r.text).join('; ')}`,
+      );
+    }
+  }
+  return out;
+}
+
+/** Our `-E` reference: recorded in the token file and listed by `pfctl -s References`. */
+async function checkReference(pfctl: Pfctl, tokenFile: string): Promise<LiveProblem[]> {
+  const own = readOwnToken(tokenFile);
+  const references = await pfctl.read(['-s', 'References']);
+  const tokens = parseReferenceTokens(references.stdout);
+  if (own === null || !tokens.includes(own.token)) {
+    return [
+      {
+        what: `egressguard's own pf enable reference (pfctl -E, recorded in "${tokenFile}")`,
+        waitingFor: null,
+      },
+    ];
+  }
+  return [];
+}

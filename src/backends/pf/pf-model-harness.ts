@@ -1,0 +1,187 @@
+import {
+  AddressSet,
+  formatAddress,
+  parsePrefix,
+  prefixEnd,
+  type Prefix,
+} from '../../core/index.js';
+import type { HostFacts } from '../../facts/index.js';
+import { createHostView, type HostIR, type HostView } from '../../ir/index.js';
+import type { ConformanceHarness, Observed, TestPacket } from '../backend.js';
+import { createMacosPfHost } from './create-macos-pf-host.js';
+import { HASH_LABEL_PREFIXES } from './pf-compiler.js';
+import type { PfEvaluation, PfPacket } from './pf-evaluator.js';
+import type { PfctlModel } from './pfctl-model.js';
+
+/** What pf did with one packet, as the model saw it. */
+export interface PfObserved extends Observed {
+  /** The interface it left by (null when dropped, "local" when delivered to the host). */
+  readonly via: string | null;
+  /** Its source address on the wire after pf (NAT), when it left the host. */
+  readonly egress: string | null;
+}
+
+export interface PfModelHarness extends ConformanceHarness {
+  readonly model: PfctlModel;
+  observeOne(packet: TestPacket): PfObserved;
+}
+
+const LINK_MULTICAST_V6 = AddressSet.parse(['ff02::/16']);
+const EPHEMERAL_PORT = 49_152;
+
+/**
+ * Runs packets through the pf MODEL of a stock macOS host (stock /etc/pf.conf and com.apple
+ * anchors, booted; pfctl-model.ts) with an anchor loaded into `anchor` by `pfctl -a ANCHOR -f -`,
+ * and reads what pf decided from the deciding rule's label (our rule ids). The host around pf is
+ * the facts': a destination the host takes as its own is delivered (`in` only), any other is
+ * forwarded by the main table's longest match (`in` on the ingress, then `out` on the exit).
+ *
+ * Fragments: the pf evaluator does not model scrub, so the harness reads the loaded scrub rules:
+ * with `scrub in on IF … fragment reassemble` a fragment is judged like its datagram and a lone
+ * one is held and dropped (pf.conf(5) SCRUB, "fragment reassemble"); without it a later fragment
+ * has no ports.
+ */
+export function createPfModelHarness(input: {
+  readonly ir: HostIR;
+  readonly facts: HostFacts;
+  readonly anchor: string;
+  readonly anchorText: string;
+}): PfModelHarness {
+  const interfaces: Record<string, string[]> = {};
+  for (const iface of input.facts.interfaces) interfaces[iface.name] = [...iface.addresses];
+  const model = createMacosPfHost({ interfaces });
+  const loaded = model.run(['-a', input.anchor, '-f', '-'], { stdin: input.anchorText });
+  if (loaded.exitCode !== 0) {
+    throw new Error(`The pfctl model rejects the anchor: ${loaded.stderr}`);
+  }
+  const host = createHostView(input.facts);
+
+  const observeOne = (tp: TestPacket): PfObserved => {
+    const packet = tp.packet;
+    const ingress = packet.ingress ?? ingressBySource(input.ir, packet.family, packet.source);
+    if (ingress === undefined) {
+      throw new Error('The pf harness sends packets that arrive on an interface only');
+    }
+    const reassembles = model
+      .rules(input.anchor, 'scrub')
+      .some(
+        (r) =>
+          r.kind === 'scrub' &&
+          r.direction !== 'out' &&
+          (r.interface === null || (r.interface.name === ingress) !== r.interface.negated) &&
+          r.options.includes('fragment reassemble'),
+      );
+    if (packet.fragment === 'alone' && reassembles) {
+      return { verdict: 'deny', decidedBy: input.ir.reassembly.id, via: null, egress: null };
+    }
+    const loseTransport = packet.fragment === 'non-first' && !reassembles;
+    const protocol =
+      packet.protocol === 'tcp'
+        ? 6
+        : packet.protocol === 'udp'
+          ? 17
+          : packet.protocol === 'icmp'
+            ? packet.family === 4
+              ? 1
+              : 58
+            : packet.protocol;
+    const hasPorts = (protocol === 6 || protocol === 17) && !loseTransport;
+    const isIcmp = (protocol === 1 || protocol === 58) && !loseTransport;
+    const base: Omit<PfPacket, 'direction' | 'interface'> = {
+      family: packet.family,
+      source: packet.source,
+      destination: packet.destination,
+      protocol,
+      ...(hasPorts
+        ? {
+            sourcePort: EPHEMERAL_PORT,
+            ...(packet.port === undefined ? {} : { destinationPort: packet.port }),
+          }
+        : {}),
+      ...(isIcmp ? { icmpType: packet.icmpType ?? (packet.family === 4 ? 8 : 128) } : {}),
+    };
+    // Every packet opens a connection of its own: no state from an earlier one.
+    model.state.states = [];
+    if (isLocal(host, packet.family, packet.destination)) {
+      const inbound = model.sendPacket({ ...base, direction: 'in', interface: ingress });
+      return finish(inbound, inbound.verdict === 'pass' ? 'local' : null, null);
+    }
+    const routed = lookupRoute(host, packet.family, packet.destination, ingress);
+    if (routed === null) {
+      const inbound = model.sendPacket({ ...base, direction: 'in', interface: ingress });
+      return finish(inbound, null, null);
+    }
+    const forwarded = model.forwardPacket({ ...base, ingress, egress: routed });
+    const deciding =
+      forwarded.outbound !== null && forwarded.outbound.verdict === 'block'
+        ? forwarded.outbound
+        : forwarded.inbound;
+    const leaving = forwarded.leaving;
+    return finish(
+      deciding,
+      forwarded.verdict === 'pass' ? forwarded.egress : null,
+      leaving === null ? null : formatAddress(leaving.family, leaving.source),
+    );
+  };
+
+  return {
+    name: 'pf evaluator on the pfctl model (stock macOS pf.conf and com.apple anchors)',
+    model,
+    observeOne,
+    observe(packets) {
+      return Promise.resolve(packets.map(observeOne));
+    },
+  };
+}
+
+function finish(result: PfEvaluation, via: string | null, egress: string | null): PfObserved {
+  const label = result.label;
+  const ours = label !== null && !HASH_LABEL_PREFIXES.some((p) => label.startsWith(p));
+  return {
+    verdict: result.verdict === 'pass' ? 'allow' : 'deny',
+    decidedBy: ours ? label : null,
+    via,
+    egress,
+  };
+}
+
+/** A packet given without its ingress arrives on its class's first interface. */
+function ingressBySource(ir: HostIR, family: 4 | 6, source: number | bigint): string | undefined {
+  for (const cls of ir.classes) {
+    if (cls.selector.kind !== 'ingress') continue;
+    if (!cls.selector.sources.contains(family, source)) continue;
+    return cls.selector.interfaces[0];
+  }
+  return undefined;
+}
+
+function isLocal(host: HostView, family: 4 | 6, destination: number | bigint): boolean {
+  return (
+    host.addresses.contains(family, destination) ||
+    (family === 6 && LINK_MULTICAST_V6.contains(6, destination))
+  );
+}
+
+/** The main table's longest match; a link-local IPv6 destination is on the link it came by. */
+function lookupRoute(
+  host: HostView,
+  family: 4 | 6,
+  destination: number | bigint,
+  ingress: string,
+): string | null {
+  const linkLocal = parsePrefix('fe80::/10') as Prefix;
+  if (family === 6 && inside(linkLocal, destination)) return ingress;
+  let best: { length: number; interface: string } | null = null;
+  for (const route of host.routes) {
+    if (route.prefix.family !== family) continue;
+    if (best !== null && route.prefix.length <= best.length) continue;
+    if (inside(route.prefix, destination)) {
+      best = { length: route.prefix.length, interface: route.interface };
+    }
+  }
+  return best?.interface ?? null;
+}
+
+function inside(prefix: Prefix, value: number | bigint): boolean {
+  return value >= prefix.start && value <= prefixEnd(prefix);
+}

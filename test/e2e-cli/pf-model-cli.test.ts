@@ -1,0 +1,103 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
+import { PFCTL_MODEL_STATE_ENV } from '../../src/backends/pf/pfctl-model-shim.js';
+import {
+  readPfctlModelState,
+  writePfctlModelState,
+} from '../../src/backends/pf/pfctl-model-store.js';
+import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
+import { REPO, runCli } from './run-cli.js';
+
+// `plan`/`apply`/`status`/`remove --json` through the built CLI on a modelled Mac: the CLI runs
+// the pfctl MODEL's shim (scripts/pfctl-model/pfctl) in place of /sbin/pfctl, named by
+// EGRESSGUARD_PFCTL, on a model state file (a stock macOS host after boot). The root-namespace
+// guard stays on: the shim's command lines touch no firewall of this machine.
+const CASE = join(REPO, 'testdata/policies/valid/macos-runner-fleet');
+const dir = mkdtempSync(join(tmpdir(), 'eg-pf-cli-'));
+afterAll(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+const modelState = join(dir, 'model.json');
+writePfctlModelState(
+  modelState,
+  createMacosPfHost({
+    interfaces: { lo0: ['127.0.0.1/8'], en0: ['198.51.100.20/24'], bridge100: ['192.168.64.1/22'] },
+  }).state,
+);
+const env = {
+  [PFCTL_ENV]: join(REPO, 'scripts/pfctl-model/pfctl'),
+  [PFCTL_MODEL_STATE_ENV]: modelState,
+};
+const common = [
+  '--state-dir',
+  join(dir, 'state'),
+  '--pf-token-file',
+  join(dir, 'pf-token.json'),
+  '--json',
+];
+const policy = [join(CASE, 'policy.yaml'), '--facts', join(CASE, 'facts.json')];
+
+async function cli(args: readonly string[]) {
+  const result = await runCli([...args, ...common], { env });
+  return { ...result, json: JSON.parse(result.stdout || '{}') as Record<string, unknown> };
+}
+
+describe('the CLI on a modelled Mac (pfctl model)', () => {
+  it('plan, apply, status, apply again, remove print what they would on a Mac', async () => {
+    const plan = await cli(['plan', ...policy]);
+    expect(plan.stderr).toBe('');
+    expect(plan.exitCode).toBe(0);
+    expect(plan.json).toMatchObject({
+      backend: 'pf',
+      changes: [
+        '+ pf anchor "com.apple/250.egressguard" (5 tables, 1 nat, 36 filter rules)',
+        '+ pf enable reference of our own (pfctl -E)',
+      ],
+      problems: [],
+    });
+    const hash = plan.json['hash'] as string;
+    expect(hash).toMatch(/^[0-9a-f]{64}$/);
+
+    const apply = await cli(['apply', ...policy]);
+    expect(apply.exitCode, apply.stdout + apply.stderr).toBe(0);
+    expect(apply.json).toMatchObject({ hash, changed: true });
+
+    const status = await cli(['status']);
+    expect(status.exitCode).toBe(0);
+    expect(status.json).toMatchObject({
+      condition: 'InSync',
+      appliedHash: hash,
+      liveHash: hash,
+      live: { present: true, missing: [], unexpected: [], collisions: [] },
+    });
+
+    // The model host now holds our anchor, our reference and the label-carried hash.
+    const state = readPfctlModelState(modelState);
+    expect(Object.keys(state.anchors)).toContain('com.apple/250.egressguard');
+    expect(state.tokens.map((t) => t.name)).toEqual(['socketfilterfw', 'pfctl']);
+    // The boot's own `pfctl -f /etc/pf.conf` (launchd, pid 1) aside, no forbidden form ran.
+    expect(state.log.filter((e) => e.pid !== 1).flatMap((e) => e.forbidden)).toEqual([]);
+
+    const again = await cli(['apply', ...policy]);
+    expect(again.exitCode).toBe(0);
+    expect(again.json).toMatchObject({ hash, changed: false });
+    expect((await cli(['plan', ...policy])).json).toMatchObject({ changes: [], problems: [] });
+
+    const remove = await cli(['remove']);
+    expect(remove.exitCode, remove.stderr).toBe(0);
+    expect(JSON.stringify(remove.json)).toContain('pf anchor \\"com.apple/250.egressguard\\"');
+    const after = readPfctlModelState(modelState);
+    expect(after.tokens.map((t) => t.name)).toEqual(['socketfilterfw']);
+    expect(after.enabled).toBe(true);
+    const model = new PfctlModel(after);
+    expect(model.run(['-a', 'com.apple/250.egressguard', '-sr']).stdout).toBe('');
+    expect(model.run(['-a', 'com.apple/250.egressguard', '-sn']).stdout).toBe('');
+    const gone = await cli(['status']);
+    expect(gone.json).toMatchObject({ live: { present: false } });
+    // Every pfctl call is a process of its own (the shim), on a shared, loaded machine.
+  }, 600_000);
+});

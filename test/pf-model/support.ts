@@ -1,0 +1,79 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { createPfctlModelRunner } from '../../src/backends/pf/pfctl-model-runner.js';
+import type { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
+import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
+import {
+  createHostTarget,
+  prepareForFacts,
+  requirePolicy,
+  type HostTarget,
+  type Prepared,
+} from '../../src/host/index.js';
+import { Faults, type Runner } from '../../src/runner/index.js';
+
+export const RUNNER_CASE = join('testdata', 'policies', 'valid', 'macos-runner-fleet');
+export const FACTS: HostFacts = readHostFacts(join(RUNNER_CASE, 'facts.json'));
+
+/** The Tart runner host of the example, as a modelled macOS host (stock pf.conf, booted). */
+export function modelInterfaces(facts: HostFacts = FACTS): Record<string, string[]> {
+  return Object.fromEntries(facts.interfaces.map((i) => [i.name, [...i.addresses]]));
+}
+
+export interface PfModelHost {
+  readonly dir: string;
+  readonly model: PfctlModel;
+  readonly runner: Runner;
+  readonly faults: Faults;
+  readonly target: HostTarget;
+  readonly tokenFile: string;
+  /** How many model log entries the boot wrote (what the system ran, not egressguard). */
+  readonly bootCalls: number;
+  prepare(policy?: string): Prepared;
+  cleanup(): void;
+}
+
+/**
+ * A host target whose pfctl is the pfctl MODEL of a booted stock macOS host, in this process,
+ * with its own state directory: the apply layer (host lock, generations) runs for real.
+ */
+export function createPfModelHost(
+  options: { model?: PfctlModel; pfConf?: string; files?: Record<string, string> } = {},
+): PfModelHost {
+  const dir = mkdtempSync(join(tmpdir(), 'eg-pf-model-'));
+  const model =
+    options.model ??
+    createMacosPfHost({
+      interfaces: modelInterfaces(),
+      ...(options.pfConf === undefined ? {} : { pfConf: options.pfConf }),
+      ...(options.files === undefined ? {} : { files: options.files }),
+    });
+  const faults = new Faults();
+  const runner = createPfctlModelRunner(model, { faults });
+  const tokenFile = join(dir, 'pf-token.json');
+  const target: HostTarget = {
+    ...createHostTarget({
+      stateDir: join(dir, 'state'),
+      options: { pfTokenFile: tokenFile },
+      backend: 'pf',
+    }),
+    runner,
+  };
+  return {
+    dir,
+    model,
+    runner,
+    faults,
+    target,
+    tokenFile,
+    bootCalls: model.state.log.length,
+    prepare(policy = join(RUNNER_CASE, 'policy.yaml')) {
+      return prepareForFacts(target, { policy: requirePolicy(policy).policy, facts: FACTS });
+    },
+    cleanup() {
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
