@@ -253,8 +253,13 @@ async function benchStore(kind) {
         controllerSeconds = (performance.now() - t0) / 1000;
         break;
       }
-      if (performance.now() - t0 > 300_000)
-        throw new Error(`round ${round}: ${done.length} of ${agentCount} converged after 300 s`);
+      if (performance.now() - t0 > 300_000) {
+        const stuck = hosts.filter((h) => !done.includes(h)).slice(0, 3);
+        server.kill('SIGTERM');
+        throw new Error(
+          `round ${round}: ${done.length} of ${agentCount} converged after 300 s; for example ${JSON.stringify(stuck, null, 1)}`,
+        );
+      }
       await sleep(100);
     }
     const perAgent = applied

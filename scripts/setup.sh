@@ -19,6 +19,7 @@ declare -A PACKAGE_OF=(
   [yamllint]=yamllint
   [promtool]=prometheus
   [openssl]=openssl
+  [nsenter]=util-linux
 )
 missing=()
 for binary in "${!PACKAGE_OF[@]}"; do

@@ -66,8 +66,8 @@ describe('the firewall engine refuses what would write outside its own scope', (
       message:
         'Cannot apply a bundle that writes table inet filter: this agent owns table inet egressguard and writes nothing else (start the agent with that scope, or push without the option)',
     });
-    // An agent started with its own table refuses a push that would write the default one.
-    const plain = bundleFor({}).bundle;
+    // An agent started with its own table refuses a push that names the default one.
+    const plain = bundleFor({ table: 'egressguard' }).bundle;
     const outcome = await engine({ table: 'eg_fleet' }).prepare(plain, FACTS);
     expect(outcome).toMatchObject({ ok: false });
     if (!outcome.ok) expect(outcome.message).toContain('this agent owns table inet eg_fleet');

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { applyGeneration, FILES, readGeneration, readStatus } from '../apply/index.js';
 import type { BackendOptions } from '../backends/index.js';
-import { gatherFacts, readHostLabels, type HostFacts } from '../facts/index.js';
+import { gatherFacts, readHostFacts, readHostLabels, type HostFacts } from '../facts/index.js';
 import { BUNDLE_FORMAT, compileBundle, type CompiledBundle } from '../fleet/index.js';
 import { backendOf, type HostTarget } from '../host/index.js';
 import type {
@@ -21,6 +21,11 @@ export interface FirewallEngineOptions {
   readonly target: HostTarget;
   /** The name the host enrolled under; facts carry it (a namespace shares the machine's). */
   readonly hostname?: string;
+  /**
+   * Facts from this file, read again every round, instead of the live host's: a host whose facts
+   * this build cannot read itself (macOS; the pfctl model in tests).
+   */
+  readonly factsFile?: string;
   /** Host labels (default: the labels file); they go into the facts classes are bound by. */
   readonly labels?: () => Readonly<Record<string, string>>;
   /** How long an apply waits for the host lock a resident repair holds. */
@@ -41,7 +46,10 @@ export function createFirewallEngine(
   const labels = options.labels ?? readHostLabels;
   return {
     async readFacts(): Promise<HostFacts> {
-      const facts = await gatherFacts(target.runner, { labels: labels(), tools: false });
+      const facts =
+        options.factsFile === undefined
+          ? await gatherFacts(target.runner, { labels: labels(), tools: false })
+          : readHostFacts(options.factsFile);
       return options.hostname === undefined ? facts : { ...facts, hostname: options.hostname };
     },
 
@@ -52,9 +60,17 @@ export function createFirewallEngine(
           message: `this agent applies ${BUNDLE_FORMAT} bundles; the controller sent ${bundle.format} (a controller set up for the recording engine)`,
         });
       }
-      const scope = checkScope(target, facts, bundle.options);
+      // The agent's own options (its scope, its tools) under what the push sets; the push may not
+      // move the scope.
+      const effective: Record<string, string> = {};
+      for (const [key, value] of Object.entries({ ...target.options, ...bundle.options })) {
+        if (value !== undefined) effective[key] = value;
+      }
+      const scope = checkScope(target, facts, effective);
       if (scope !== undefined) return Promise.resolve({ ok: false, message: scope });
-      const result = compileBundle(bundle, facts, { registry: target.registry });
+      const result = compileBundle({ ir: bundle.ir, options: effective }, facts, {
+        registry: target.registry,
+      });
       if (!result.ok) return Promise.resolve(result);
       return Promise.resolve({
         ok: true,

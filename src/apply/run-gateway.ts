@@ -17,7 +17,14 @@ interface DutyState {
 
 /** A running gateway loop: nudge it when something may have changed; stop it when done. */
 export interface GatewayLoop {
-  readonly nudge: (reason: string) => void;
+  /**
+   * Asks for a pass. A link event that shows a duty's tunnel down or gone takes the duty's mark
+   * off at once, before the pass reads the whole live state (the kill switch's fast path).
+   */
+  readonly nudge: (
+    reason: string,
+    link?: { readonly name: string; readonly state: 'up' | 'down' | 'absent' },
+  ) => void;
   /** Stops the loop; with `unmark`, takes every mark off the node first (fail closed). */
   stop(options: { readonly unmark: boolean }): Promise<void>;
 }
@@ -49,6 +56,15 @@ export function startGatewayLoop(input: {
     input.log({ time: new Date().toISOString(), action, message });
   };
   const life = { stopped: false };
+  // Link events that showed a duty's tunnel down or gone, and one converge at a time: the fast
+  // path of a down event and a pass never write the same mark at once.
+  let downEvents = 0;
+  let queue: Promise<unknown> = Promise.resolve();
+  const serially = <T>(work: () => Promise<T>): Promise<T> => {
+    const next = queue.then(work, work);
+    queue = next.catch(() => undefined);
+    return next;
+  };
   const pass: { running: Promise<void> | undefined; again: string | undefined } = {
     running: undefined,
     again: undefined,
@@ -78,13 +94,17 @@ export function startGatewayLoop(input: {
   };
 
   const passOnce = async (reason: string): Promise<void> => {
+    const epoch = downEvents;
     const live = await readLive();
     for (const duty of input.duties) {
       const { up, why } = routable(live, duty.tunnel);
       const state = states.get(duty.id) ?? { up: undefined };
       states.set(duty.id, state);
+      // A tunnel that went down while this pass read live state must not be marked from that
+      // older reading; the pass the down event asked for reads again.
+      if (up && downEvents !== epoch) continue;
       try {
-        const change = await input.connection.converge(duty, up);
+        const change = await serially(() => input.connection.converge(duty, up));
         const first = state.up === undefined;
         state.up = up;
         if (change.changed || first) {
@@ -146,8 +166,43 @@ export function startGatewayLoop(input: {
   };
   run('start');
 
+  /** Unmarks the duties of a tunnel a link event shows down or gone, then asks for a pass. */
+  const nudge: GatewayLoop['nudge'] = (reason, link) => {
+    const gone = input.duties.filter(
+      (d) => link !== undefined && link.state !== 'up' && d.tunnel === link.name,
+    );
+    if (gone.length === 0 || life.stopped) {
+      run(reason);
+      return;
+    }
+    downEvents++;
+    void (async () => {
+      for (const duty of gone) {
+        const state = states.get(duty.id);
+        if (state?.up === false) continue;
+        try {
+          const change = await serially(() => input.connection.converge(duty, false));
+          if (state !== undefined) state.up = false;
+          if (change.changed) {
+            log(
+              'unmarked',
+              `${duty.what} removed from node ${input.connection.node}: tunnel ${duty.tunnel} is ${link?.state === 'absent' ? 'absent' : 'down or has no carrier'} (${reason})`,
+            );
+          }
+        } catch (error) {
+          log(
+            'error',
+            `Cannot remove ${duty.what} on node ${input.connection.node}: ${(error as Error).message}`,
+          );
+        }
+      }
+    })().finally(() => {
+      run(reason);
+    });
+  };
+
   return {
-    nudge: run,
+    nudge,
     async stop({ unmark }) {
       life.stopped = true;
       clearTimeout(tick);

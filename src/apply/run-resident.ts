@@ -57,8 +57,14 @@ export async function runResident(input: {
   refresh?: () => Promise<{ readonly hash: string; apply(): Promise<RefreshApplied> }>;
   /** The hash the resident applied from its policy when it started. */
   ownHash?: string;
-  /** Told of every event and of the end of every reconcile (the gateway loop listens). */
-  onChange?: (reason: string) => void;
+  /**
+   * Told of every event and of the end of every reconcile (the gateway loop listens), with the
+   * link and its state for a link event.
+   */
+  onChange?: (
+    reason: string,
+    link?: { readonly name: string; readonly state: 'up' | 'down' | 'absent' },
+  ) => void;
 }): Promise<void> {
   const context = { runner: input.runner, options: input.options };
   const watcher = input.backend.createWatcher?.(context);
@@ -247,7 +253,9 @@ export async function runResident(input: {
           : event.kind === 'route'
             ? `route: ${event.detail}`
             : 'periodic check';
-    if (event.kind !== 'tick') input.onChange?.(reason);
+    if (event.kind === 'link' && event.state !== undefined) {
+      input.onChange?.(reason, { name: event.name, state: event.state });
+    } else if (event.kind !== 'tick') input.onChange?.(reason);
     reconcile(reason).catch((error: unknown) => {
       log('error', `Cannot re-converge: ${(error as Error).message}`);
     });

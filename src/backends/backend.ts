@@ -38,9 +38,10 @@ export interface Backend {
   readonly drops?: DropsSupport;
   readonly units?: UnitsSupport;
   readonly prove?: ProveSupport;
-  readonly suites?: SuiteSupport;
+  readonly selftest?: SelftestSupport;
   /** Present when the backend keeps state on a cluster from one of its nodes (`run --k8s`). */
   readonly cluster?: ClusterSupport;
+  readonly suites?: SuiteSupport;
 }
 
 /**
@@ -202,7 +203,13 @@ export interface Inspector {
 
 /** Something changed that may undo an apply. */
 export type WatchEvent =
-  | { readonly kind: 'link'; readonly name: string; readonly detail: string }
+  | {
+      readonly kind: 'link';
+      readonly name: string;
+      readonly detail: string;
+      /** The link's state as the event shows it: up (with carrier), down, or absent (deleted). */
+      readonly state?: 'up' | 'down' | 'absent';
+    }
   | { readonly kind: 'ruleset'; readonly detail: string }
   /** The main table's default route or a connected prefix changed: the host's facts did. */
   | { readonly kind: 'route'; readonly detail: string }
@@ -379,6 +386,24 @@ export interface ProveSupport {
   ): Promise<void>;
 }
 
+/** One check of a self-test, and the model assumption it confirms when it passes. */
+export interface SelftestCheck {
+  readonly name: string;
+  readonly ok: boolean;
+  readonly detail: string;
+  /** The assumption of the backend's model this check confirms on the real tool, if any. */
+  readonly assumption: string | null;
+}
+
+/**
+ * `selftest`: the backend's own checks against the real enforcer of this machine, for backends
+ * tested here only against a model (pf): which of the model's assumptions hold.
+ */
+export interface SelftestSupport {
+  readonly description: string;
+  run(context: BackendContext): Promise<readonly SelftestCheck[]>;
+}
+
 /**
  * What a node keeps true on its cluster while a tunnel it carries is up (`run --k8s`), and the
  * cluster's own checklist (`doctor --k8s`). The resident reads the tunnel from the host's
@@ -404,6 +429,8 @@ export interface ClusterDuty {
   /** Stable id (the class it is for). */
   readonly id: string;
   readonly tunnel: string;
+  /** The node label kept while the tunnel is up (the IR's pod kill switch names it). */
+  readonly nodeLabel: { readonly key: string; readonly value: string };
   /** What is kept, in words (`node label egressguard.dev/gateway-vpn=up`). */
   readonly what: string;
 }

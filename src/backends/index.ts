@@ -31,6 +31,8 @@ export type {
   Observed,
   PlanResult,
   ProveSupport,
+  SelftestCheck,
+  SelftestSupport,
   SuiteSupport,
   TestPacket,
   UnitsSupport,

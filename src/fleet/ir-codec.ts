@@ -50,6 +50,50 @@ const housekeeping = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('neighbour-discovery'), id }),
   z.strictObject({ kind: z.literal('dhcp'), id }),
 ]);
+const via = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('uplink') }),
+  z.strictObject({ kind: z.literal('tunnel'), interface: interfaceName }),
+]);
+const rules = z
+  .array(
+    z.strictObject({
+      kind: z.literal('rule'),
+      id,
+      action: z.enum(['allow', 'deny', 'audit']),
+      match: z.strictObject({
+        destination,
+        protocols: z.array(protocol).max(256).nullable(),
+        ports: z.array(portRange).max(1024).nullable(),
+      }),
+    }),
+  )
+  .max(10_000);
+const defaultRule = z.strictObject({
+  kind: z.literal('default'),
+  id,
+  action: z.enum(['allow', 'deny']),
+});
+/** A Kubernetes class: the pod network enforces it; a gateway node's binding carries it along. */
+const podClassIr = z.strictObject({
+  kind: z.literal('pod-class'),
+  name: text,
+  selector: z.strictObject({
+    kind: z.literal('pods'),
+    namespace: text.nullable(),
+    labels: z.record(text, z.string().max(256)),
+  }),
+  via,
+  killSwitch: z
+    .strictObject({
+      kind: z.literal('pod-kill-switch'),
+      id,
+      except: encodedSet,
+      nodeLabel: z.strictObject({ key: text, value: z.string().max(256) }),
+    })
+    .nullable(),
+  rules,
+  defaultRule,
+});
 const classIr = z.strictObject({
   kind: z.literal('class'),
   name: text,
@@ -62,10 +106,7 @@ const classIr = z.strictObject({
     }),
     z.strictObject({ kind: z.literal('host'), sources: encodedSet }),
   ]),
-  via: z.discriminatedUnion('kind', [
-    z.strictObject({ kind: z.literal('uplink') }),
-    z.strictObject({ kind: z.literal('tunnel'), interface: interfaceName }),
-  ]),
+  via,
   housekeeping: z.array(housekeeping).max(8),
   antiSpoofing: z.strictObject({ kind: z.literal('anti-spoofing'), id }).nullable(),
   ipv6Block: z.strictObject({ kind: z.literal('ipv6-block'), id }).nullable(),
@@ -77,25 +118,8 @@ const classIr = z.strictObject({
     })
     .nullable(),
   nat: z.strictObject({ kind: z.literal('masquerade') }).nullable(),
-  rules: z
-    .array(
-      z.strictObject({
-        kind: z.literal('rule'),
-        id,
-        action: z.enum(['allow', 'deny', 'audit']),
-        match: z.strictObject({
-          destination,
-          protocols: z.array(protocol).max(256).nullable(),
-          ports: z.array(portRange).max(1024).nullable(),
-        }),
-      }),
-    )
-    .max(10_000),
-  defaultRule: z.strictObject({
-    kind: z.literal('default'),
-    id,
-    action: z.enum(['allow', 'deny']),
-  }),
+  rules,
+  defaultRule,
 });
 
 /** The host-independent IR as the wire carries it (address sets still encoded). */
@@ -109,6 +133,7 @@ export const encodedPolicyIrSchema = z.strictObject({
   tunnels: z.array(interfaceName).max(256),
   reassembly: z.strictObject({ kind: z.literal('reassembly'), id }),
   classes: z.array(classIr).max(1_000),
+  podClasses: z.array(podClassIr).max(1_000),
 });
 
 /** Encodes the IR for the wire: plain JSON values, address sets as CIDR lists. */

@@ -236,21 +236,17 @@ function keepStderrTail(stream: NodeJS.ReadableStream): () => string {
 
 /**
  * The argv that runs `argv` inside `netns`. `ip` takes the namespace itself (`ip -n NS …`), which
- * saves the extra exec and mount-namespace setup of `ip netns exec` on every routing read. `nft`
- * and `conntrack` speak only netlink, so entering the network namespace is enough: `nsenter`
- * (util-linux) skips the private mount namespace and /sys remount of `ip netns exec`, which cost
- * ~240 ms against ~80 ms per call at load 13 here, several times per apply. Everything else (lab
- * scripts, tcpdump) may read /sys or /etc/netns and keeps `ip netns exec`.
+ * saves an exec. Everything else enters the network namespace with `nsenter` (util-linux), which
+ * execs the command in place: `ip netns exec` also builds a private mount namespace and remounts
+ * /sys, which cost ~240 ms against ~80 ms per call at load 13 here, several times per apply. No
+ * command egressguard runs reads /sys or /etc/netns, the only things that setup adds.
  */
 function inNamespace(argv: readonly string[], netns: string): string[] {
   const [cmd, ...args] = argv;
   if (cmd === 'ip' && args[0] !== 'netns' && !args.includes('-n') && !args.includes('-netns')) {
     return ['ip', '-n', netns, ...args];
   }
-  if (cmd === 'nft' || cmd === 'conntrack') {
-    return ['nsenter', `--net=/run/netns/${netns}`, '--', ...argv];
-  }
-  return ['ip', 'netns', 'exec', netns, ...argv];
+  return ['nsenter', `--net=/run/netns/${netns}`, '--', ...argv];
 }
 
 /**

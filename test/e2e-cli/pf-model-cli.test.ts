@@ -100,4 +100,17 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     expect(gone.json).toMatchObject({ live: { present: false } });
     // Every pfctl call is a process of its own (the shim), on a shared, loaded machine.
   }, 600_000);
+
+  it('selftest --backend pf runs its checks through the shim; the model sees no real packet', async () => {
+    const result = await runCli(['selftest', '--backend', 'pf', '--json'], { env });
+    const report = JSON.parse(result.stdout) as {
+      checks: { name: string; ok: boolean }[];
+      confirmed: string[];
+    };
+    // The probe datagram goes to this machine's loopback, not through the model: only the
+    // counter check fails, which is what the model can and cannot stand in for.
+    expect(result.exitCode).toBe(1);
+    expect(report.checks.filter((c) => !c.ok).map((c) => c.name)).toEqual(['counters move']);
+    expect(report.confirmed.length).toBe(report.checks.length - 1);
+  }, 600_000);
 });

@@ -1,7 +1,7 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
+import { FILES, readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { DEFAULT_ANCHOR } from '../../src/backends/pf/pf-options.js';
 import { parseReferenceTokens } from '../../src/backends/pf/pfctl-command.js';
@@ -177,6 +177,20 @@ describe('pf applier on the pfctl model', () => {
     const after = await status(h, prepared.hash);
     expect(after.condition).toBe('InSync');
     expect(ourTokens(h)).toHaveLength(1);
+    expect(h.model.state.enabled).toBe(true);
+  });
+
+  it('restores the class lockdown when the applied state is lost: fail closed', async () => {
+    const h = host();
+    await applyPrepared(h.target, h.prepare());
+    rmSync(h.target.state.file(FILES.applied));
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    const outcome = await restoreGeneration(hostContext(h.target, pfBackend));
+    expect(outcome.kind).toBe('lockdown');
+    const blocked = vmConnection(h, '203.0.113.7');
+    expect(blocked.verdict).toBe('block');
+    expect(blocked.inbound.label).toBe('egressguard-lockdown');
     expect(h.model.state.enabled).toBe(true);
   });
 });

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js';
+import { PF_KILL_POINTS } from '../../src/backends/pf/pf-applier.js';
 import { DEFAULT_ANCHOR } from '../../src/backends/pf/pf-options.js';
 import { findForbiddenPfctlForms } from '../../src/backends/pf/pfctl-model.js';
 import { applyPrepared, hostContext, planPrepared } from '../../src/host/index.js';
@@ -127,6 +128,8 @@ describe('pfctl invocation audit', () => {
       'remove again: ok',
       'plan after remove: ok',
     ]);
+    // Every fault point of the applier was reached on some path.
+    for (const point of PF_KILL_POINTS) expect(h.faults.history).toContain(point);
     const calls = h.runner.invocations.map((i) => i.argv.slice(1));
     expect(calls.length).toBeGreaterThan(50);
     expect(h.runner.invocations.every((i) => i.argv[0] === '/sbin/pfctl')).toBe(true);

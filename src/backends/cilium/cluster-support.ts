@@ -3,25 +3,19 @@ import { EgressguardError, isEgressguardError } from '../../core/index.js';
 import type { PolicyIR } from '../../ir/index.js';
 import type { ClusterDuty, ClusterSupport } from '../backend.js';
 import { clusterChecklist, diagnoseCluster } from './cluster-doctor.js';
-import { gatewayLabel } from './gateway-label.js';
 import { createKubeClient } from './kube-client.js';
 
 /**
- * The tunnel classes a gateway node keeps a label for. Until the policy has Kubernetes classes
- * of its own, these are the policy's tunnel classes with a kill switch: the gateway node carries
- * their tunnel, and the egress gateway policy compiled for a class selects gatewayLabel(class).
+ * What a gateway node keeps on the cluster: for each Kubernetes class with a kill switch, the
+ * node label its egress gateway policy selects (the IR's pod kill switch names it), while the
+ * class's tunnel is up on this node.
  */
 export function gatewayDuties(policy: PolicyIR): ClusterDuty[] {
-  return policy.classes.flatMap((c) => {
+  return policy.podClasses.flatMap((c) => {
     if (c.via.kind !== 'tunnel' || c.killSwitch === null) return [];
-    const label = gatewayLabel(c.name);
-    return [
-      {
-        id: c.name,
-        tunnel: c.via.interface,
-        what: `node label ${label.key}=${label.value}`,
-      },
-    ];
+    const label = c.killSwitch.nodeLabel;
+    const what = `node label ${label.key}=${label.value}`;
+    return [{ id: c.name, tunnel: c.via.interface, nodeLabel: label, what }];
   });
 }
 

@@ -1,6 +1,5 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { ClusterChange, ClusterConnection, ClusterDuty } from '../backend.js';
-import { gatewayLabel } from './gateway-label.js';
 import { GATEWAY_METRICS } from './gateway-metrics.js';
 import type { EgressGatewayPolicyObject, KubeClient } from './kube-client.js';
 
@@ -63,7 +62,7 @@ export function createGatewayConnection(input: {
   const lastUp = new Map<string, boolean>();
 
   const reapply = async (duty: ClusterDuty): Promise<string[]> => {
-    const label = gatewayLabel(duty.id);
+    const label = duty.nodeLabel;
     const policies = (await client.listEgressGatewayPolicies()).filter((p) =>
       selectsLabel(p, label),
     );
@@ -79,7 +78,7 @@ export function createGatewayConnection(input: {
     node,
     server: client.server,
     async converge(duty, up): Promise<ClusterChange> {
-      const label = gatewayLabel(duty.id);
+      const label = duty.nodeLabel;
       const series = { node, gateway_label: `${label.key}=${label.value}` };
       tunnelUp.set({ node, tunnel: duty.tunnel }, up ? 1 : 0);
       if (!started.has(duty.id)) {

@@ -24,8 +24,10 @@ export function createNftWatcher(runner: Runner): Watcher {
   const [links, ruleset, routes] = monitors;
   void (async () => {
     for await (const line of links?.lines ?? []) {
-      const match = /^(Deleted )?\d+: ([^:@\s]+)[:@]/.exec(line);
-      if (match?.[2] !== undefined) push({ kind: 'link', name: match[2], detail: line.trim() });
+      const match = /^(Deleted )?\d+: ([^:@\s]+)[:@][^<]*<([^>]*)>/.exec(line);
+      if (match?.[2] !== undefined) {
+        push({ kind: 'link', name: match[2], detail: line.trim(), state: linkState(match) });
+      }
     }
   })();
   void (async () => {
@@ -69,4 +71,13 @@ export function isHostFactRoute(line: string): boolean {
   const route = line.trim().replace(/^Deleted /, '');
   if (/ table /.test(` ${route} `)) return false;
   return route.startsWith('default ') || / proto kernel /.test(` ${route} `);
+}
+
+/** A link event's state: deleted, or up only with UP and LOWER_UP and no NO-CARRIER flag. */
+function linkState(match: RegExpExecArray): 'up' | 'down' | 'absent' {
+  if (match[1] !== undefined) return 'absent';
+  const flags = (match[3] ?? '').split(',');
+  return flags.includes('UP') && flags.includes('LOWER_UP') && !flags.includes('NO-CARRIER')
+    ? 'up'
+    : 'down';
 }

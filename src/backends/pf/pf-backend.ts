@@ -1,9 +1,10 @@
 import type { Backend } from '../backend.js';
 import { createPfApplier } from './pf-applier.js';
-import { ANCHOR_ARTIFACT, createPfCompiler } from './pf-compiler.js';
+import { ANCHOR_ARTIFACT, createPfCompiler, LOCKDOWN_ARTIFACT } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
 import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
 import { classifyPfctlCommand, createPfctl } from './pfctl-command.js';
+import { createPfSelftest } from './pf-selftest.js';
 import { pfUnits } from './pf-units.js';
 
 /**
@@ -25,7 +26,7 @@ export const pfBackend: Backend = {
     runsHere: false,
   },
   options: PF_OPTIONS,
-  artifactRoles: { [ANCHOR_ARTIFACT]: 'firewall' },
+  artifactRoles: { [ANCHOR_ARTIFACT]: 'firewall', [LOCKDOWN_ARTIFACT]: 'lockdown' },
   describeScope(options) {
     const parsed = parsePfOptions(options);
     return `pf anchor "${parsed.anchor}" and the pf enable reference recorded in "${parsed.tokenFile}"`;
@@ -41,4 +42,5 @@ export const pfBackend: Backend = {
     return createPfInspector(createPfctl(context.runner, options), options);
   },
   units: pfUnits,
+  selftest: createPfSelftest(),
 };

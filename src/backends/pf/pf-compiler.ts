@@ -14,6 +14,10 @@ import { parseAnchorOption } from './pf-options.js';
 /** The one artifact: everything for our anchor, loaded with `pfctl -a ANCHOR -f FILE`. */
 export const ANCHOR_ARTIFACT = 'anchor.pf';
 
+/** The class lockdown `restore` loads into our anchor when the applied state is lost. */
+export const LOCKDOWN_ARTIFACT = 'lockdown.pf';
+const LOCKDOWN_LABEL = 'egressguard-lockdown';
+
 /** The labels of the two never-matching rules that carry the host config hash, in halves. */
 export const HASH_LABEL_PREFIXES = ['eg-hash-1:', 'eg-hash-2:'] as const;
 
@@ -58,8 +62,22 @@ export function createPfCompiler(): Compiler {
         emitter.nat,
         [...hashRules, ...emitter.filter],
       ].filter((s) => s.length > 0);
+      const interfaces = [
+        ...new Set(
+          ir.classes.flatMap((c) => (c.selector.kind === 'ingress' ? c.selector.interfaces : [])),
+        ),
+      ].sort();
+      // Fail closed: every packet of every class is dropped where it comes in.
+      const lockdown = [
+        `# egressguard: class lockdown of policy "${ir.name}" for pf anchor "${anchor}"`,
+        `# ${stamp}`,
+        ...(interfaces.length === 0
+          ? []
+          : [`block drop in quick on ${list(interfaces)} all label "${LOCKDOWN_LABEL}"`]),
+      ];
       return [
         { name: ANCHOR_ARTIFACT, content: `${sections.map((s) => s.join('\n')).join('\n\n')}\n` },
+        { name: LOCKDOWN_ARTIFACT, content: `${lockdown.join('\n')}\n` },
       ];
     },
   };

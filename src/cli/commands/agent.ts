@@ -58,7 +58,10 @@ export function registerAgent(program: Command, ctx: CommandContext): void {
       'how bundles reach the host: firewall, or recording (records them, changes nothing; benchmarks and tests)',
       'firewall',
     )
-    .option('--facts <file>', 'host facts instead of reading the live host (recording engine)')
+    .option(
+      '--facts <file>',
+      'host facts from this file, read every round, instead of the live host’s (macOS; tests)',
+    )
     .option('--retry-base <duration>', 'first delay after a failed apply (doubles each time)', '1s')
     .option('--retry-cap <duration>', 'longest delay between attempts (they never stop)', '15m')
     .option('--start-jitter <duration>', 'wait up to this long before the first poll', '5s')
@@ -91,13 +94,6 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
           hint: 'use firewall (the default: applies to this host) or recording (changes nothing)',
         });
       }
-      if (opts.engine === 'firewall' && opts.facts !== undefined) {
-        throw new EgressguardError(
-          'usage',
-          'Cannot use --facts with the firewall engine: it reads the live host’s facts',
-          { hint: 'drop --facts, or add --engine recording' },
-        );
-      }
       const backoff = {
         baseMs: parseDurationMs(opts.retryBase, '--retry-base'),
         capMs: parseDurationMs(opts.retryCap, '--retry-cap'),
@@ -120,6 +116,7 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
         engine = createFirewallEngine({
           target,
           ...(opts.hostname === undefined ? {} : { hostname: opts.hostname }),
+          ...(opts.facts === undefined ? {} : { factsFile: opts.facts }),
         });
       } else {
         const facts =

@@ -24,6 +24,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   doctor: async () => (await import('./doctor.js')).registerDoctor,
   drops: async () => (await import('./drops.js')).registerDrops,
   prove: async () => (await import('./prove.js')).registerProve,
+  selftest: async () => (await import('./selftest.js')).registerSelftest,
   server: async () => (await import('./server.js')).registerServer,
   fleet: async () => (await import('./fleet.js')).registerFleet,
   agent: async () => (await import('./agent.js')).registerAgent,
