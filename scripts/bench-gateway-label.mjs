@@ -78,7 +78,7 @@ const model = await startKubeApiModel({
     {
       apiVersion: 'cilium.io/v2',
       kind: 'CiliumEgressGatewayPolicy',
-      metadata: { name: 'egressguard-vpn' },
+      metadata: { name: 'egressguard-k3s-vpn-egress-vpn' },
       spec: {
         selectors: [{ podSelector: { matchLabels: { 'egress-class': 'vpn' } } }],
         destinationCIDRs: ['0.0.0.0/0'],
@@ -95,7 +95,7 @@ const kubeconfig = join(work, 'gateway.kubeconfig');
 writeFileSync(kubeconfig, model.kubeconfig('gateway'), { mode: 0o600 });
 const labelOf = () => model.node('gw-1').metadata.labels?.[label.key];
 const stampOf = () =>
-  model.egressGatewayPolicy('egressguard-vpn').metadata.annotations?.[
+  model.egressGatewayPolicy('egressguard-k3s-vpn-egress-vpn').metadata.annotations?.[
     'egressguard.dev/reapplied-at'
   ];
 

@@ -23,7 +23,7 @@ export interface FirewallEngineOptions {
   readonly hostname?: string;
   /**
    * Facts from this file, read again every round, instead of the live host's: a host whose facts
-   * this build cannot read itself (macOS; the pfctl model in tests).
+   * this build cannot read itself (macOS; a firewall model in tests).
    */
   readonly factsFile?: string;
   /** Host labels (default: the labels file); they go into the facts classes are bound by. */

@@ -1,8 +1,12 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+// The pfctl MODEL's host and state file (pf cannot run here): test support, not the backend seam.
+import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { writePfctlModelState } from '../../src/backends/pf/pfctl-model-store.js';
+import { DEFAULT_ANCHOR } from '../../src/backends/pf/index.js';
 import { createHostIrBinder, type HostView } from '../../src/fleet/index.js';
 import { createRunner } from '../../src/runner/index.js';
 import type { RunningServer } from '../../src/server/index.js';
@@ -13,8 +17,10 @@ import { startPostgresCluster, type PostgresCluster } from './support/postgres-c
 // DESIGN.md §1A as a test: a fleet's drift loop retried to a cap, then switched itself off, and
 // keyed drift on the agent binary's hash, so hosts were fixed by hand. Here three real agent
 // processes (the built CLI, `egressguard agent`, default firewall engine), each in its own network
-// namespace with real nftables and policy routing, against a controller on SQLite and on a real
-// PostgreSQL. Every namespace is created with a unique name and deleted, also on failure.
+// namespace with real nftables and policy routing, and a fourth on the pf backend against the
+// pfctl MODEL (src/backends/pf/pfctl-model.ts: pf cannot run here), its facts those of a macOS
+// runner, against a controller on SQLite and on a real PostgreSQL. Every namespace is created with
+// a unique name and deleted, also on failure.
 
 const POLICY = `apiVersion: egressguard/v1
 kind: Policy
@@ -26,6 +32,7 @@ interfaces:
     tun0: { description: the VPN tunnel }
 classes:
   vms:
+    hosts: { labels: { platform: linux } }
     ingress: [vwl0]
     sources: [10.10.0.0/24]
     via: tun0
@@ -33,9 +40,19 @@ classes:
     rules:
       - { id: vms-deny-metadata, action: deny, to: 169.254.169.254 }
     default: allow
+  runners:
+    hosts: { labels: { platform: macos } }
+    ingress: [bridge100]
+    sources: [192.168.64.0/22]
+    via: uplink
+    nat: masquerade
+    rules:
+      - { id: runners-deny-metadata, action: deny, to: 169.254.169.254 }
+    default: allow
 `;
 /** A second class arriving on "ci0", which host "c" does not have. */
 const POLICY_WITH_CI = `${POLICY}  ci:
+    hosts: { labels: { platform: linux } }
     ingress: [ci0]
     sources: [10.20.0.0/24]
     via: uplink
@@ -107,7 +124,9 @@ describe.each(['sqlite', 'postgres'] as const)(
     const namespaces = ['a', 'b', 'c'].map(
       (h) => `egtest-fleet-${kind.slice(0, 2)}-${h}-${suffix}`,
     );
-    const names = ['host-a', 'host-b', 'host-c'];
+    const linuxNames = ['host-a', 'host-b', 'host-c'];
+    const names = [...linuxNames, 'host-mac'];
+    let pfState = '';
 
     const hosts = async (): Promise<Map<string, HostView>> =>
       new Map((await server.controller.listHosts()).map((h) => [h.name, h]));
@@ -119,6 +138,12 @@ describe.each(['sqlite', 'postgres'] as const)(
       if (!result.ok) throw new Error(result.issues.map((i) => i.message).join('; '));
       return result;
     };
+    /** Runs one command line against the pfctl model of host-mac, as its agent's pfctl does. */
+    const pfctlModel = (argv: string[]): string =>
+      execFileSync(join(REPO, 'scripts/pfctl-model/pfctl'), argv, {
+        env: { ...process.env, EGRESSGUARD_PFCTL_MODEL_STATE: pfState },
+        encoding: 'utf8',
+      });
     /** What the hosts and their agents say, for a failure message. */
     const explain = async (error: unknown): Promise<never> => {
       const all = [...(await hosts()).values()].map((h) => ({
@@ -151,7 +176,9 @@ describe.each(['sqlite', 'postgres'] as const)(
           });
           return done ? all : undefined;
         },
-        90_000,
+        // Generous: every pfctl call of host-mac is a process of the model's shim, seconds
+        // each on a loaded machine, and one apply makes a dozen.
+        300_000,
       ).catch(explain);
 
     beforeAll(async () => {
@@ -187,11 +214,12 @@ describe.each(['sqlite', 'postgres'] as const)(
         { effect: 'change' },
       );
       const { token } = await server.controller.createBootstrapToken(
-        { ttlMs: 3_600_000, uses: 3 },
+        { ttlMs: 3_600_000, uses: 4 },
         'test',
       );
-      for (const [i, ns] of namespaces.entries()) {
-        const name = names[i] ?? '';
+      const labels = join(dir, 'linux.labels');
+      writeFileSync(labels, 'platform = linux\n');
+      const start = (name: string, ns: string | undefined, extra: string[], env = {}): void => {
         const tokenFile = join(dir, `${name}.token`);
         writeFileSync(tokenFile, `${token}\n`, { mode: 0o600 });
         const child = spawn(
@@ -200,11 +228,10 @@ describe.each(['sqlite', 'postgres'] as const)(
             join(REPO, 'bin/egressguard.js'),
             'agent',
             '--server',
-            running.url,
+            running?.url ?? '',
             '--token-file',
             tokenFile,
-            '--netns',
-            ns,
+            ...(ns === undefined ? [] : ['--netns', ns]),
             '--state-dir',
             join(dir, 'agents', name),
             '--hostname',
@@ -215,16 +242,44 @@ describe.each(['sqlite', 'postgres'] as const)(
             '2s',
             '--start-jitter',
             '0s',
+            ...extra,
           ],
-          { env: { ...process.env, EGRESSGUARD_ROOTNS_GUARD: '1', NO_COLOR: '1' } },
+          { env: { ...process.env, EGRESSGUARD_ROOTNS_GUARD: '1', NO_COLOR: '1', ...env } },
         );
         const log: string[] = [];
         child.stderr.on('data', (chunk: Buffer) => log.push(chunk.toString()));
         child.stdout.on('data', (chunk: Buffer) => log.push(chunk.toString()));
-        agents.push({ name, ns, child, log });
+        agents.push({ name, ns: ns ?? '', child, log });
+      };
+      for (const [i, ns] of namespaces.entries()) {
+        start(linuxNames[i] ?? '', ns, [], { EGRESSGUARD_LABELS_FILE: labels });
       }
+      // The macOS runner: its facts from a file, its pfctl the model's shim on a state file.
+      pfState = join(dir, 'pfctl-model.json');
+      writePfctlModelState(pfState, createMacosPfHost().state);
+      const facts = JSON.parse(
+        readFileSync(join(REPO, 'testdata/policies/valid/macos-runner-fleet/facts.json'), 'utf8'),
+      ) as object;
+      const factsFile = join(dir, 'mac-facts.json');
+      writeFileSync(
+        factsFile,
+        JSON.stringify({ ...facts, hostname: 'host-mac', labels: { platform: 'macos' } }),
+      );
+      start(
+        'host-mac',
+        undefined,
+        [
+          '--facts',
+          factsFile,
+          '--pfctl',
+          join(REPO, 'scripts/pfctl-model/pfctl'),
+          '--pf-token-file',
+          join(dir, 'pf-token.json'),
+        ],
+        { EGRESSGUARD_PFCTL_MODEL_STATE: pfState },
+      );
       await waitFor(
-        'three agents to enroll and report facts',
+        'four agents to enroll and report facts',
         async () => {
           const all = await hosts();
           return names.every((n) => all.get(n)?.lastCheckinAt != null) ? true : undefined;
@@ -252,7 +307,7 @@ describe.each(['sqlite', 'postgres'] as const)(
 
     it('retries the host whose apply fails for a real reason, Degraded forever with growing backoff, the others Ready; a fixed push converges it with no manual step', async () => {
       const first = await push(POLICY);
-      await waitConverged(['host-a', 'host-c'], first.pushId);
+      await waitConverged(['host-a', 'host-c', 'host-mac'], first.pushId);
       // Host b refuses: a foreign rule holds the steering priority. Degraded, never Stalled, and
       // the agent keeps trying: attempt numbers keep rising well past any cap of a few retries.
       const failing = await waitFor(
@@ -276,9 +331,12 @@ describe.each(['sqlite', 'postgres'] as const)(
       expect(attempts.slice(0, 6)).toEqual([1, 2, 3, 4, 5, 6]);
       // The others are untouched by b's failure.
       const all = await hosts();
-      for (const name of ['host-a', 'host-c']) {
+      for (const name of ['host-a', 'host-c', 'host-mac']) {
         expect(condition(all.get(name) as HostView, 'Ready').status).toBe('True');
       }
+      // The macOS runner's anchor, as the pfctl model holds it, carries the class's rules.
+      const anchor = pfctlModel(['-a', DEFAULT_ANCHOR, '-sr']);
+      expect(anchor).toContain('runners-deny-metadata');
       const tableA = await nft(namespaces[0] ?? '', ['list', 'table', 'inet', 'egressguard']);
       expect(tableA.exitCode).toBe(0);
 
@@ -296,11 +354,11 @@ describe.each(['sqlite', 'postgres'] as const)(
       expect(rules.stdout).toMatch(
         new RegExp(`^${DEFAULT_PRIORITY}:\\s+from 192\\.0\\.2\\.0/24`, 'm'),
       );
-    }, 240_000);
+    }, 900_000);
 
     it('leaves a host Stalled with the reason when a class names an interface it lacks, and a later fixed push re-arms it', async () => {
       const withCi = await push(POLICY_WITH_CI, { rulePriority: FIXED_PRIORITY });
-      await waitConverged(['host-a', 'host-b'], withCi.pushId);
+      await waitConverged(['host-a', 'host-b', 'host-mac'], withCi.pushId);
       const stalled = await waitFor('host-c to be Stalled', async () => {
         const h = (await hosts()).get('host-c');
         return h?.desiredPushId === withCi.pushId && condition(h, 'Stalled').status === 'True'
@@ -317,7 +375,7 @@ describe.each(['sqlite', 'postgres'] as const)(
       const fixed = await push(POLICY_CI_FIXED, { rulePriority: FIXED_PRIORITY });
       const all = await waitConverged(names, fixed.pushId);
       expect(condition(all.get('host-c') as HostView, 'Stalled').status).toBe('False');
-    }, 180_000);
+    }, 700_000);
 
     it('detects a deleted live table, repairs it and reports it as drift', async () => {
       const before = (await hosts()).get('host-a') as HostView;
@@ -337,6 +395,22 @@ describe.each(['sqlite', 'postgres'] as const)(
       expect(table.exitCode).toBe(0);
       expect(table.stdout).toContain(`eg-hash:${before.appliedHash ?? ''}`);
       await waitConverged(['host-a'], before.desiredPushId ?? '');
-    }, 120_000);
+
+      // The same on the pf host: its anchor flushed behind the agent's back (in the model).
+      const mac = (await hosts()).get('host-mac') as HostView;
+      const flushedAt = Date.now();
+      pfctlModel(['-a', DEFAULT_ANCHOR, '-F', 'all']);
+      expect(pfctlModel(['-a', DEFAULT_ANCHOR, '-sr'])).not.toContain('runners-deny-metadata');
+      await waitFor(
+        'host-mac to report the drift repaired',
+        async () =>
+          (await server.controller.events({ hostName: 'host-mac', limit: 50 })).find(
+            (e) => e.kind === 'drift-repaired' && e.at >= flushedAt,
+          ),
+        300_000,
+      ).catch(explain);
+      expect(pfctlModel(['-a', DEFAULT_ANCHOR, '-sr'])).toContain('runners-deny-metadata');
+      await waitConverged(['host-mac'], mac.desiredPushId ?? '');
+    }, 700_000);
   },
 );

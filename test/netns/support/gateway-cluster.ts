@@ -25,7 +25,8 @@ import { vpnEgressGatewayPolicy } from '../../../src/backends/cilium/test-manife
  * manifests do not allow fails here as it would on a cluster.
  */
 export const NODE = 'gw-1';
-export const OWN_POLICY = 'egressguard-vpn';
+/** The name `compile --target cilium` gives k3s-vpn-egress's egress gateway policy. */
+export const OWN_POLICY = 'egressguard-k3s-vpn-egress-vpn';
 export const OTHER_POLICY = 'other-team-egress';
 export const VPN_LABEL = gatewayLabel('vpn');
 
@@ -78,12 +79,15 @@ export async function startGatewayCluster(
   options: { readonly labels?: Readonly<Record<string, string>> } = {},
 ): Promise<GatewayCluster> {
   const read = (file: string): string => readFileSync(join(TLS, file), 'utf8');
-  const own = vpnEgressGatewayPolicy({
-    egressGateway: {
-      nodeSelector: { matchLabels: { [VPN_LABEL.key]: VPN_LABEL.value } },
-      interface: 'tun0',
-    },
-  });
+  const own = {
+    ...vpnEgressGatewayPolicy({
+      egressGateway: {
+        nodeSelector: { matchLabels: { [VPN_LABEL.key]: VPN_LABEL.value } },
+        interface: 'tun0',
+      },
+    }),
+    metadata: { name: OWN_POLICY },
+  };
   const other = {
     ...vpnEgressGatewayPolicy({
       egressGateway: {
