@@ -8,7 +8,7 @@ import { DEFAULT_CILIUM_VERSION, SUPPORTED_CILIUM_VERSIONS } from './cilium-vers
 function notHere(what: string): EgressguardError {
   return new EgressguardError(
     'unsupported',
-    `Cannot ${what} with the cilium backend: egressguard does not talk to a cluster's Cilium; it compiles the manifests`,
+    `Cannot ${what} with the cilium backend: egressguard compiles the manifests and kubectl applies them; the gateway node keeps its label with run --k8s`,
     {
       hint: 'run `egressguard compile POLICY --target cilium --out DIR` and `kubectl apply -f DIR/manifests.yaml`; the gateway node runs `egressguard run --k8s`',
     },
