@@ -29,26 +29,7 @@ export function generateBoundaryPackets(
 
   const destinationSets: AddressSet[] = [ir.localPrefixes];
   if (options.hostAddresses !== undefined) destinationSets.push(options.hostAddresses);
-  const ports = new Set<number>([1, 22, 53, 80, 443, 65535]);
-  for (const cls of ir.classes) {
-    if (cls.killSwitch !== null) destinationSets.push(cls.killSwitch.except);
-    for (const rule of cls.rules) {
-      if (rule.match.destination.kind === 'addresses')
-        destinationSets.push(rule.match.destination.set);
-      for (const range of rule.match.ports ?? []) {
-        for (const p of [
-          range.from - 1,
-          range.from,
-          range.from + 1,
-          range.to - 1,
-          range.to,
-          range.to + 1,
-        ]) {
-          if (p >= 1 && p <= 65535) ports.add(p);
-        }
-      }
-    }
-  }
+  const ports = boundariesOf(ir.classes, destinationSets);
   const destinationEdges = { 4: edges(destinationSets, 4), 6: edges(destinationSets, 6) };
   const portList = [...ports].sort((a, b) => a - b);
 
@@ -129,25 +110,7 @@ export function generatePodBoundaryPackets(
   const protocols = options.protocols ?? ['tcp', 'udp', 'icmp', 132, 47];
   const sets: AddressSet[] = [];
   if (options.extraDestinations !== undefined) sets.push(options.extraDestinations);
-  const ports = new Set<number>([1, 22, 53, 80, 443, 65535]);
-  for (const cls of ir.podClasses) {
-    if (cls.killSwitch !== null) sets.push(cls.killSwitch.except);
-    for (const rule of cls.rules) {
-      if (rule.match.destination.kind === 'addresses') sets.push(rule.match.destination.set);
-      for (const range of rule.match.ports ?? []) {
-        for (const p of [
-          range.from - 1,
-          range.from,
-          range.from + 1,
-          range.to - 1,
-          range.to,
-          range.to + 1,
-        ]) {
-          if (p >= 1 && p <= 65535) ports.add(p);
-        }
-      }
-    }
-  }
+  const ports = boundariesOf(ir.podClasses, sets);
   const destinationEdges = { 4: edges(sets, 4), 6: edges(sets, 6) };
   const portList = [...ports].sort((a, b) => a - b);
   const packets: PodTestPacket[] = [];
@@ -218,4 +181,37 @@ function documentationAddress(family: Family, random: () => number): number | bi
     return (bases[Math.floor(random() * 3)] ?? 0xc0000200) + 1 + Math.floor(random() * 254);
   }
   return (0x20010db8n << 96n) | BigInt(Math.floor(random() * 0xffffffff));
+}
+
+/**
+ * The edges packets are aimed at: every kill-switch exception and rule destination goes into
+ * `sets`; the ports returned are the common ones plus each rule range's ends and their neighbours.
+ */
+function boundariesOf(
+  classes: readonly {
+    readonly killSwitch: { readonly except: AddressSet } | null;
+    readonly rules: HostIR['classes'][number]['rules'];
+  }[],
+  sets: AddressSet[],
+): Set<number> {
+  const ports = new Set<number>([1, 22, 53, 80, 443, 65535]);
+  for (const cls of classes) {
+    if (cls.killSwitch !== null) sets.push(cls.killSwitch.except);
+    for (const rule of cls.rules) {
+      if (rule.match.destination.kind === 'addresses') sets.push(rule.match.destination.set);
+      for (const range of rule.match.ports ?? []) {
+        for (const p of [
+          range.from - 1,
+          range.from,
+          range.from + 1,
+          range.to - 1,
+          range.to,
+          range.to + 1,
+        ]) {
+          if (p >= 1 && p <= 65535) ports.add(p);
+        }
+      }
+    }
+  }
+  return ports;
 }
