@@ -33,6 +33,7 @@ import {
   disableKillSwitch,
   LOSE_RULES_FAULT,
 } from './nft-test-faults.js';
+import { CLASS_SET_COMMENT, definitionBlocks } from './nft-sets.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
@@ -85,6 +86,17 @@ function artifact(artifacts: readonly Artifact[], name: string): string {
     throw new EgressguardError('state-corrupt', `Cannot find artifact "${name}" for nftables`);
   }
   return found.content;
+}
+
+/** The class sets (CLASS_SET_COMMENT) a compiled ruleset defines, by name. */
+function classSetsOf(artifacts: readonly Artifact[], table: string): string[] {
+  return definitionBlocks(artifact(artifacts, RULESET_ARTIFACT), table)
+    .filter(
+      (b) =>
+        b.kind === 'set' &&
+        CLASS_SET_COMMENT.test(/\n\t\tcomment "([^"]*)"/.exec(b.text)?.[1] ?? ''),
+    )
+    .map((b) => b.name);
 }
 
 function steeringOf(artifacts: readonly Artifact[]): SteeringSpec {
@@ -252,7 +264,7 @@ function createNftInspector(context: BackendContext): Inspector {
     async read(expected): Promise<LiveState> {
       const spec = expected === undefined ? undefined : steeringOf(expected);
       const [live, liveSteering, tunnels] = await Promise.all([
-        readLiveTable(runner, table),
+        readLiveTable(runner, table, expected === undefined ? [] : classSetsOf(expected, table)),
         readLiveSteering(runner, steeringScope(spec)),
         readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []),
       ]);
