@@ -110,6 +110,19 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     });
   });
 
+  it('finishes a rollout pushed to a fleet with no hosts, and a host enrolled later gets it', async () => {
+    const { controller, enroll } = await setUp();
+    const pushed = await controller.push(
+      { text: POLICY, source: 'p.yaml', rollout: { canary: 1, bakeMs: 0, maxUnavailable: 1 } },
+      'op',
+    );
+    if (!pushed.ok) throw new Error('push refused');
+    await controller.tick();
+    expect((await controller.rolloutView(pushed.rolloutId)).state).toBe('succeeded');
+    await enroll(['late-1']);
+    expect((await controller.host('late-1')).desiredHash).not.toBeNull();
+  });
+
   it('refuses an invalid policy with every problem, recording nothing', async () => {
     const { controller, enroll } = await setUp();
     await enroll(['a']);

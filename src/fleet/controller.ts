@@ -854,7 +854,14 @@ export class Controller {
           .where('rollout_id', '=', rolloutId)
           .where('wave_index', '=', current)
           .executeTakeFirst();
-        if (wave === undefined) break;
+        if (wave === undefined) {
+          // No wave left to judge (a push to a fleet with no hosts has none at all): the rollout
+          // is done, and hosts that enrol later follow it.
+          const next = await this.#finishWave(trx, rolloutId, current - 1, now);
+          woken.push(...next.woken);
+          state = next.state;
+          break;
+        }
         const hostIds = JSON.parse(wave.host_ids) as string[];
         if (wave.state === 'pending') {
           await trx
