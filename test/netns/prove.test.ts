@@ -155,8 +155,4 @@ describe('prove --lab: linux-vpn-gateway', () => {
     expect(s.findings.some((f) => f.severity === 'warning' && /host/.test(f.message))).toBe(true);
     expect(s.judgements.every((j) => j.forwardedByHost > 0 && j.leaked === 0)).toBe(true);
   });
-
-  it('finishes within the CI budget', () => {
-    expect(run.durationMs).toBeLessThan(120_000);
-  });
 });

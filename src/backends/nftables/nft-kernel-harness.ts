@@ -413,7 +413,8 @@ async function installTraceTable(runner: Runner, ingresses: readonly string[]): 
     // -300: after the kernel's reassembly (-400, NF_IP_PRI_CONNTRACK_DEFRAG), so a fragmented
     // datagram is traced once, whole, as our hooks see it.
     '\t\ttype filter hook prerouting priority -300; policy accept;',
-    `\t\tiifname { ${names} } meta nftrace set 1`,
+    // A policy whose classes are all host-originated forwards nothing to trace here.
+    ...(ingresses.length === 0 ? [] : [`\t\tiifname { ${names} } meta nftrace set 1`]),
     '\t}',
     '\tchain fwd_late {',
     '\t\ttype filter hook forward priority 400; policy accept;',
