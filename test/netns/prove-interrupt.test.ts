@@ -9,11 +9,25 @@ import { interruptProve } from './support/prove-cli.js';
 // namespaces go, the resident `egressguard run` stops, and no state directory is left behind.
 
 describe('prove --lab interrupted', () => {
+  const root = createRunner({ guard: true });
   it('leaves no namespace, process or state behind after SIGTERM mid-fault', async () => {
     const before = new Set(readdirSync(tmpdir()).filter((f) => f.startsWith('egressguard-prove-')));
+    // SIGTERM once the lab's tunnel is down: the scenario's restore is then pending.
     const result = await interruptProve(['--scenarios', 'kill-points'], {
       when: /^kill-points: /m,
-      delayMs: 1500,
+      ready: async (pid) => {
+        const owner = pid.toString(36);
+        const lab = (await root.run(['ip', 'netns', 'list'], { effect: 'read' })).stdout
+          .split('\n')
+          .map((line) => line.split(' ')[0] ?? '')
+          .find((ns) => ns.startsWith(`eglab-${owner}-`) && ns.endsWith('-host'));
+        if (lab === undefined) return false;
+        const link = await root.run(['ip', '-n', lab, '-j', 'link', 'show', 'tun0'], {
+          effect: 'read',
+          allowFailure: true,
+        });
+        return link.exitCode === 0 && !link.stdout.includes('"UP"');
+      },
     });
     expect(result.stderr).toMatch(/prove: SIGTERM: running the pending restores/);
     expect(result.stderr).toMatch(

@@ -58,12 +58,13 @@ export async function runProve(
 }
 
 /**
- * Starts `prove --lab --progress` and sends it SIGTERM once a progress line matches `when`,
- * after `delayMs`; resolves with its exit code, signal and stderr.
+ * Starts `prove --lab --progress` and sends it SIGTERM once a progress line matches `when` and
+ * then `ready(pid)` holds (polled: a state of the lab, not a delay a loaded machine can outrun);
+ * resolves with its exit code, signal and stderr.
  */
 export function interruptProve(
   args: readonly string[],
-  options: { readonly when: RegExp; readonly delayMs: number },
+  options: { readonly when: RegExp; readonly ready: (pid: number) => Promise<boolean> },
 ): Promise<{ pid: number; exitCode: number | null; signal: string | null; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(
@@ -85,7 +86,13 @@ export function interruptProve(
       stderr += chunk.toString();
       if (!sent && options.when.test(stderr)) {
         sent = true;
-        setTimeout(() => child.kill('SIGTERM'), options.delayMs);
+        const poll = async (): Promise<void> => {
+          while (child.exitCode === null && !(await options.ready(child.pid ?? -1))) {
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          child.kill('SIGTERM');
+        };
+        void poll();
       }
     });
     const timer = setTimeout(() => {
