@@ -28,31 +28,17 @@ export function createGatewayConnection(input: {
   const { client, node } = input;
   const now = input.now ?? (() => new Date());
   const registry = new Registry();
-  const metric = <K extends keyof typeof GATEWAY_METRICS>(key: K) => GATEWAY_METRICS[key];
-  const labelPresent = new Gauge({
-    name: metric('labelPresent').name,
-    help: metric('labelPresent').help,
-    labelNames: metric('labelPresent').labels,
+  // Each metric as gateway-metrics.ts names it, in this connection's registry.
+  const configOf = (key: keyof typeof GATEWAY_METRICS) => ({
+    name: GATEWAY_METRICS[key].name,
+    help: GATEWAY_METRICS[key].help,
+    labelNames: GATEWAY_METRICS[key].labels,
     registers: [registry],
   });
-  const tunnelUp = new Gauge({
-    name: metric('tunnelUp').name,
-    help: metric('tunnelUp').help,
-    labelNames: metric('tunnelUp').labels,
-    registers: [registry],
-  });
-  const reapplied = new Counter({
-    name: metric('policyReapplied').name,
-    help: metric('policyReapplied').help,
-    labelNames: metric('policyReapplied').labels,
-    registers: [registry],
-  });
-  const lastChange = new Gauge({
-    name: metric('lastChange').name,
-    help: metric('lastChange').help,
-    labelNames: metric('lastChange').labels,
-    registers: [registry],
-  });
+  const labelPresent = new Gauge(configOf('labelPresent'));
+  const tunnelUp = new Gauge(configOf('tunnelUp'));
+  const reapplied = new Counter(configOf('policyReapplied'));
+  const lastChange = new Gauge(configOf('lastChange'));
   // Duties converged at least once, and those whose policies still need re-applying: the first
   // pass that finds the tunnel up re-applies too (the policy may have been selected while this
   // resident was not running), and a re-apply that failed is tried again at the next pass.
