@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRunner } from '../../src/runner/index.js';
 import { REPO, runCli } from '../e2e-cli/run-cli.js';
+import { readLiveTable } from '../../src/backends/nftables/nft-inspector.js';
 import { liveSetName } from './support/live-set.js';
 
 // The sets that say who a class is and where its kill switch lets it go are small; an element
@@ -74,5 +75,34 @@ describe('an edited kill-switch exception set', () => {
     expect((await cli(['apply', POLICY, '--force'])).exitCode).toBe(0);
     expect(await listSet(name)).not.toContain('203.0.113.0/24');
     expect((await cli(['status'])).exitCode).toBe(0);
+  });
+
+  it('reads the same fingerprint from the whole listing and from the terse one with set listings', async () => {
+    const both = async () => {
+      const terse = await readLiveTable(inside, 'egressguard');
+      const whole = await readLiveTable(inside, 'egressguard', { whole: true });
+      expect(whole.present).toBe(true);
+      expect(whole.hash).toBe(terse.hash);
+      expect([...whole.counters.keys()]).toEqual([...terse.counters.keys()]);
+      expect(whole.fingerprint).toBe(terse.fingerprint);
+      return whole.fingerprint;
+    };
+    expect((await cli(['apply', POLICY])).exitCode).toBe(0);
+    const clean = await both();
+    const name = await slipIn();
+    const drifted = await both();
+    expect(drifted).not.toBe(clean);
+    await inside.run(
+      ['nft', 'delete', 'element', 'inet', 'egressguard', name, '{ 203.0.113.0/24 }'],
+      {
+        effect: 'change',
+      },
+    );
+    expect(await both()).toBe(clean);
+    await inside.run(['nft', 'delete', 'table', 'inet', 'egressguard'], { effect: 'change' });
+    expect(await readLiveTable(inside, 'egressguard', { whole: true })).toMatchObject({
+      present: false,
+      fingerprint: null,
+    });
   });
 });

@@ -3,6 +3,7 @@ import type { Runner } from '../../runner/index.js';
 import {
   CLASS_SET_COMMENT,
   definitionBlocks,
+  elementCount,
   isNamedByContent,
   STAMP_SET,
   type Block,
@@ -177,16 +178,6 @@ function liveSetFate(
   const comment = /\n\t\tcomment "([^"]*)"/.exec(head)?.[1] ?? '';
   if (force || CLASS_SET_COMMENT.test(comment) || !isNamedByContent(block)) return 'refill';
   return 'keep';
-}
-
-/** Elements in a set block: one more than the separators of its list, none without one. */
-function elementCount(block: Block): number {
-  const start = block.text.indexOf('elements = {');
-  if (start === -1) return 0;
-  let count = 1;
-  for (let i = block.text.indexOf(',', start); i !== -1; i = block.text.indexOf(',', i + 1))
-    count++;
-  return count;
 }
 
 /**

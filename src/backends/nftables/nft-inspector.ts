@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { EgressguardError } from '../../core/index.js';
 import type { CommandResult, Runner } from '../../runner/index.js';
 import { fingerprintTable, selectTable } from './nft-json.js';
 import { CLASS_SET_COMMENT, STAMP_SET } from './nft-sets.js';
@@ -39,22 +40,33 @@ async function listRuleset(runner: Runner): Promise<string> {
 }
 
 /**
+ * A table whose sets hold at most this many elements in all is listed whole (`nft -j list table`,
+ * elements included) in one process. Measured here (nft 1.0.6): ~10 µs an element, so 1,000 cost
+ * ~10 ms, about what two more nft processes cost; 100k cost ~1 s, so a larger table is listed
+ * terse, and only its class sets with their elements, one process each.
+ */
+export const WHOLE_LISTING_MAX_ELEMENTS = 1000;
+
+/**
  * The live table, with the elements of its class sets fingerprinted. `expectedClassSets` (the
  * class sets of the ruleset just applied) are listed at once, beside the ruleset listing, instead
  * of after it: a read-back saves one round of processes. Which sets count is still the live
  * listing's: an expected set that is not live is ignored, a live one not expected is listed too.
+ * With `whole` (the expected table is small, see WHOLE_LISTING_MAX_ELEMENTS) the table is listed
+ * with its elements in one process instead; both ways give the same fingerprint.
  */
 export async function readLiveTable(
   runner: Runner,
   table: string,
-  expectedClassSets: readonly string[] = [],
+  options: { readonly expectedClassSets?: readonly string[]; readonly whole?: boolean } = {},
 ): Promise<LiveTable> {
+  if (options.whole === true) return readWholeTable(runner, table);
   const listSet = (name: string): Promise<CommandResult> =>
     runner.run(['nft', '-j', 'list', 'set', 'inet', table, name], {
       effect: 'read',
       allowFailure: true,
     });
-  const early = new Map(expectedClassSets.map((name) => [name, listSet(name)]));
+  const early = new Map((options.expectedClassSets ?? []).map((name) => [name, listSet(name)]));
   const settled = Promise.allSettled(early.values());
   const listing = await listRuleset(runner).finally(() => settled);
   const live = parseLiveTable(listing, table);
@@ -63,16 +75,54 @@ export async function readLiveTable(
   // that decide who a class is and where its kill switch lets it go are small: list those
   // (~10 ms each, even beside a 100k-element blocklist, which is never listed) and fingerprint
   // their elements too.
-  const watched = selectTable(listing, table)
-    .objects.filter((o) => o.kind === 'set' && CLASS_SET_COMMENT.test(stringOf(o.body['comment'])))
-    .map((o) => stringOf(o.body['name']))
-    .sort();
+  const watched = classSetNames(selectTable(listing, table).objects);
   const elements = await Promise.all(
     watched.map(async (name) => {
       const set = await (early.get(name) ?? listSet(name));
-      return `${name}:${set.exitCode === 0 ? JSON.stringify(elementsOf(set.stdout)) : 'unreadable'}`;
+      return classSetLine(name, set.exitCode === 0 ? elementsOf(set.stdout) : undefined);
     }),
   );
+  return withClassSets(live, elements);
+}
+
+/** `nft -j list table`: our table with every element, in one process; absent is not an error. */
+async function readWholeTable(runner: Runner, table: string): Promise<LiveTable> {
+  const result = await runner.run(['nft', '-j', 'list', 'table', 'inet', table], {
+    effect: 'read',
+    allowFailure: true,
+  });
+  if (result.exitCode !== 0) {
+    if (/No such file or directory/.test(result.stderr)) return parseLiveTable('{}', table);
+    throw new EgressguardError(
+      'command-failed',
+      `Cannot list table inet "${table}": nft exited with ${result.exitCode}: ${result.stderr.trim()}`,
+    );
+  }
+  const live = parseLiveTable(result.stdout, table);
+  if (!live.present) return live;
+  const objects = selectTable(result.stdout, table).objects;
+  const elements = classSetNames(objects).map((name) =>
+    classSetLine(
+      name,
+      objects.find((o) => o.kind === 'set' && o.body['name'] === name)?.body['elem'] ?? [],
+    ),
+  );
+  return withClassSets(live, elements);
+}
+
+function classSetNames(objects: ReturnType<typeof selectTable>['objects']): string[] {
+  return objects
+    .filter((o) => o.kind === 'set' && CLASS_SET_COMMENT.test(stringOf(o.body['comment'])))
+    .map((o) => stringOf(o.body['name']))
+    .sort();
+}
+
+function classSetLine(name: string, elements: unknown): string {
+  return `${name}:${elements === undefined ? 'unreadable' : JSON.stringify(elements)}`;
+}
+
+/** The structural fingerprint extended by the elements of the class sets. */
+function withClassSets(live: LiveTable, elements: readonly string[]): LiveTable {
   return {
     ...live,
     fingerprint: createHash('sha256')

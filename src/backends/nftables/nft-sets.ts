@@ -65,3 +65,13 @@ export function definitionBlocks(ruleset: string, table: string): Block[] {
       return { kind: match[1] ?? '', name: match[2] ?? '', text };
     });
 }
+
+/** Elements in a set block: one more than the separators of its list, none without one. */
+export function elementCount(block: Block): number {
+  const start = block.text.indexOf('elements = {');
+  if (start === -1) return 0;
+  let count = 1;
+  for (let i = block.text.indexOf(',', start); i !== -1; i = block.text.indexOf(',', i + 1))
+    count++;
+  return count;
+}

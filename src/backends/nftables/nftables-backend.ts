@@ -27,13 +27,18 @@ import {
   planLoad,
   type SetChange,
 } from './nft-applier.js';
-import { listLiveTable, readLiveTable, type LiveTable } from './nft-inspector.js';
+import {
+  listLiveTable,
+  readLiveTable,
+  WHOLE_LISTING_MAX_ELEMENTS,
+  type LiveTable,
+} from './nft-inspector.js';
 import {
   DISABLE_KILL_SWITCH_FAULT,
   disableKillSwitch,
   LOSE_RULES_FAULT,
 } from './nft-test-faults.js';
-import { CLASS_SET_COMMENT, definitionBlocks } from './nft-sets.js';
+import { CLASS_SET_COMMENT, definitionBlocks, elementCount } from './nft-sets.js';
 import { createNftWatcher } from './nft-watcher.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
@@ -43,6 +48,7 @@ import {
   describeRule,
   diffSteering,
   readLiveSteering,
+  type IpLink,
   removeSteering,
 } from './steering-applier.js';
 
@@ -97,6 +103,16 @@ function classSetsOf(artifacts: readonly Artifact[], table: string): string[] {
         CLASS_SET_COMMENT.test(/\n\t\tcomment "([^"]*)"/.exec(b.text)?.[1] ?? ''),
     )
     .map((b) => b.name);
+}
+
+/** Whether a compiled ruleset's sets are small enough to list whole (WHOLE_LISTING_MAX_ELEMENTS). */
+function isSmall(artifacts: readonly Artifact[], table: string): boolean {
+  let total = 0;
+  for (const block of definitionBlocks(artifact(artifacts, RULESET_ARTIFACT), table)) {
+    if (block.kind === 'set') total += elementCount(block);
+    if (total > WHOLE_LISTING_MAX_ELEMENTS) return false;
+  }
+  return true;
 }
 
 function steeringOf(artifacts: readonly Artifact[]): SteeringSpec {
@@ -263,11 +279,18 @@ function createNftInspector(context: BackendContext): Inspector {
   return {
     async read(expected): Promise<LiveState> {
       const spec = expected === undefined ? undefined : steeringOf(expected);
-      const [live, liveSteering, tunnels] = await Promise.all([
-        readLiveTable(runner, table, expected === undefined ? [] : classSetsOf(expected, table)),
-        readLiveSteering(runner, steeringScope(spec)),
-        readTunnels(runner, spec?.tunnels.map((t) => t.name) ?? []),
+      const names = [...new Set(spec?.tunnels.map((t) => t.name) ?? [])];
+      const [live, liveSteering] = await Promise.all([
+        readLiveTable(
+          runner,
+          table,
+          expected === undefined
+            ? {}
+            : { expectedClassSets: classSetsOf(expected, table), whole: isSmall(expected, table) },
+        ),
+        readLiveSteering(runner, steeringScope(spec), { withLinks: names.length > 0 }),
       ]);
+      const tunnels = tunnelStates(names, liveSteering.links ?? []);
       const diff = spec === undefined ? undefined : diffSteering(spec, liveSteering);
       const down = new Set(tunnels.filter((t) => t.state !== 'up').map((t) => t.name));
       const tunnelNames = new Set(tunnels.map((t) => t.name));
@@ -308,19 +331,8 @@ function createNftInspector(context: BackendContext): Inspector {
   };
 }
 
-/** Each tunnel once, though a tunnel has a steering group with and one without kill switch. */
-async function readTunnels(
-  runner: Runner,
-  steered: readonly string[],
-): Promise<LiveState['tunnels']> {
-  const names = [...new Set(steered)];
-  if (names.length === 0) return [];
-  const result = await runner.run(['ip', '-j', 'link', 'show'], { effect: 'read' });
-  const links = JSON.parse(result.stdout || '[]') as {
-    ifname: string;
-    flags?: string[];
-    operstate?: string;
-  }[];
+/** Each tunnel's state from the link listing: up only with carrier. */
+function tunnelStates(names: readonly string[], links: readonly IpLink[]): LiveState['tunnels'] {
   return names.map((name) => {
     const link = links.find((l) => l.ifname === name);
     if (link === undefined) return { name, state: 'absent' as const };
