@@ -6,8 +6,10 @@
 # fault and prints the summary. The lab is torn down whatever happens.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh >/dev/null
-npm run --silent build
+echo "== setup: the lab's kernel tools and the npm dependencies, where missing; the CLI bundle"
+bash scripts/setup.sh --demo
+# The CLI is one bundle; `npm run build` also writes dist/ with types, which the demo does not use.
+node scripts/bundle.mjs
 eg() { node bin/egressguard.js "$@"; }
 VPN=testdata/policies/valid/linux-vpn-gateway/policy.yaml
 

@@ -73,7 +73,18 @@ type StartableStore = Store & { start(): Promise<void> };
 
 function openSqlite(path: string): StartableStore {
   const SqliteDatabase = requireDriver('better-sqlite3') as typeof BetterSqlite3;
-  const database = new SqliteDatabase(path === ':memory:' ? ':memory:' : path);
+  let database: BetterSqlite3.Database;
+  try {
+    database = new SqliteDatabase(path === ':memory:' ? ':memory:' : path);
+  } catch (error) {
+    // `setup.sh --demo` installs without building native addons (the main job opens no store).
+    if (!/Could not locate the bindings file/.test((error as Error).message)) throw error;
+    throw new EgressguardError(
+      'io',
+      `Cannot open store "sqlite:${path}": better-sqlite3's native addon is not built`,
+      { cause: error, hint: 'run `bash scripts/setup.sh` (or `npm rebuild better-sqlite3`)' },
+    );
+  }
   // WAL lets readers (metrics, status) run beside the one writer; foreign keys are off by default.
   database.pragma('journal_mode = WAL');
   database.pragma('synchronous = NORMAL');
