@@ -58,8 +58,11 @@ export interface Observer {
   stop(): Promise<Observation>;
 }
 
-const DEFAULT_TIMEOUT_MS = 3000;
-const RESEND_MS = 150;
+// A bound on a hang, not a window: tcpdump takes seconds to start on a loaded machine, and its
+// output lags behind the wire. The resend interval grows, so a slow start costs few senders.
+const DEFAULT_TIMEOUT_MS = 30_000;
+const FIRST_RESEND_MS = 150;
+const LAST_RESEND_MS = 1000;
 // The closing control leaves after every probe's sendto returned, but a probe can still wait in
 // another CPU's backlog queue (net/core/dev.c, enqueue_to_backlog): give it a moment.
 const SETTLE_MS = 50;
@@ -145,6 +148,7 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
   const arm = async (): Promise<void> => {
     const deadline = performance.now() + timeoutMs;
     let attempts = 0;
+    let resendMs = FIRST_RESEND_MS;
     for (;;) {
       if (capture.exitCode !== undefined) {
         throw new EgressguardError(
@@ -159,11 +163,12 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
       // Resent until seen: a control sent before tcpdump's socket is bound is lost, and tcpdump
       // says when it is bound only on stderr.
       await sendControl(capture.armingNonce);
-      const wait = Math.min(RESEND_MS, deadline - performance.now());
+      const wait = Math.min(resendMs, deadline - performance.now());
       if (await capture.waitFor('arming', Math.max(wait, 0))) {
         isArmed = true;
         return;
       }
+      resendMs = Math.min(resendMs * 2, LAST_RESEND_MS);
       if (performance.now() >= deadline) {
         throw new EgressguardError(
           'io',
