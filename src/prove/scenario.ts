@@ -98,6 +98,8 @@ export interface StreamJudgement {
   readonly sent: number;
   readonly arrived: number;
   readonly leaked: number;
+  /** Packets of this stream each far side saw, by lab node (sides that saw none left out). */
+  readonly seenBy: Readonly<Record<string, number>>;
   readonly lost: number;
   readonly elapsedMs: number;
   readonly ratePerSecond: number;
@@ -250,7 +252,9 @@ export async function runScenario(
   } catch (caught) {
     error = messageOf(caught);
   }
-  const restores = await env.restores.unwind({ onSignal: env.signal.aborted });
+  // The streams stop before the restores run: a stream's expectation is the scenario's state
+  // (deny with the tunnel down), and packets sent once the tunnel is back rightly go through it.
+  // Unwinding first counted them as leaks beyond the tunnel (1-4 per flow at load 5-7).
   const streamResults: {
     tracked: TrackedStream;
     result: StreamResult | undefined;
@@ -263,6 +267,7 @@ export async function runScenario(
       streamResults.push({ tracked, result: undefined, error: messageOf(stopError) });
     }
   }
+  const restores = await env.restores.unwind({ onSignal: env.signal.aborted });
   const sides = await observers.stop();
   const judgements = phases.flatMap((phase) =>
     judgePhase(phase, sides, env.plan, env.host.backend.layer),
@@ -361,6 +366,7 @@ function judgeStreams(
       sent: r.sent,
       arrived,
       leaked,
+      seenBy: Object.fromEntries(byNode.filter((b) => b.count > 0).map((b) => [b.node, b.count])),
       lost,
       elapsedMs: result.elapsedMs,
       ratePerSecond: Math.round(ratePerSecond * 10) / 10,
