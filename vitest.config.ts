@@ -7,8 +7,8 @@ export default defineConfig({
     setupFiles: ['test/setup.ts'],
     // Most files wait on the kernel, child processes and servers far more than they compute, and
     // every one works in namespaces, ports and directories of its own: one file more than there
-    // are cores (Vitest's default is one fewer, so a single worker on 2 cores) took the suite
-    // from 473 s to 440 s on 2 cores while other work kept the load at 8-10.
+    // are cores (Vitest's default is one fewer, so a single worker on 2 cores) took the suite in
+    // a fresh clone from 473 s to 267 s on 2 cores.
     maxWorkers: Math.max(availableParallelism() + 1, 3),
     // Generous on purpose: a case of eight CLI calls in a lab took over 30 s at load 13 on 2 cores
     // (each Node start ~3.5 s). These bound a hang; no test asserts how long anything takes.
