@@ -12,6 +12,7 @@ import { lowerPolicy } from './lower-policy.js';
 import {
   type BoundViaIR,
   type ClassIR,
+  type ClusterIR,
   type HostClassIR,
   type HostIR,
   type PolicyIR,
@@ -61,7 +62,20 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
       ...c,
       via: bindVia(c.via, { uplink, tunnels }),
     })),
+    cluster: bindCluster(facts),
   });
+}
+
+function bindCluster(facts: HostFacts): ClusterIR | null {
+  const cluster = facts.cluster;
+  if (cluster === undefined) return null;
+  const nodes = AddressSet.parse(cluster.nodeAddresses);
+  return {
+    kind: 'cluster',
+    pods: AddressSet.parse(cluster.podCidrs).subtract(nodes),
+    services: AddressSet.parse(cluster.serviceCidrs).subtract(nodes),
+    nodes,
+  };
 }
 
 function bindClass(

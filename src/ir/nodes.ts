@@ -165,6 +165,23 @@ export interface HostPodClassIR extends Omit<PodClassIR, 'via'> {
   readonly via: BoundViaIR;
 }
 
+/**
+ * The Kubernetes cluster a gateway node belongs to, from its facts: the destinations the pod
+ * network judges by identity, never by address. Cilium's CIDR rules do not match pods or nodes
+ * (language.rst, "IP/CIDR based"), and a ClusterIP is translated to a backend before policy, so
+ * it is the backend that is judged (cilium/cilium#21251). The egress gateway never steers them
+ * (EGW doc, "Selecting the destination").
+ */
+export interface ClusterIR {
+  readonly kind: 'cluster';
+  /** The pod CIDRs, less the node addresses: Cilium endpoints (toEndpoints). */
+  readonly pods: AddressSet;
+  /** The service CIDRs: judged as the pods behind them. */
+  readonly services: AddressSet;
+  /** The nodes' addresses: the host and remote-node entities. */
+  readonly nodes: AddressSet;
+}
+
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
   readonly kind: 'tunnel';
@@ -198,6 +215,8 @@ export interface HostIR {
   readonly classes: readonly HostClassIR[];
   /** Kubernetes classes, bound to this host as their gateway node (its tunnels' families). */
   readonly podClasses: readonly HostPodClassIR[];
+  /** The cluster this host is a node of, when its facts say. */
+  readonly cluster: ClusterIR | null;
 }
 
 export function assertNever(value: never, what = 'node'): never {
