@@ -196,6 +196,12 @@ export type BoundViaIR =
 /** A class bound to one host: `via` resolved to the interface it leaves by. */
 export interface HostClassIR extends Omit<ClassIR, 'via' | 'hostLabels'> {
   readonly via: BoundViaIR;
+  /**
+   * The Kubernetes class whose egress gateway this class routes, when binding derived it (the
+   * gateway node's own policy routing and kill switch for the tunnel's address); null for a
+   * class of the policy.
+   */
+  readonly gatewayFor: string | null;
 }
 
 /** The IR bound to one host's facts: what a backend compiles and the host config hash covers. */

@@ -152,19 +152,59 @@ describe('the cilium compiler', () => {
     );
   });
 
-  it("refuses a tunnel class when the gateway node has no policy routing for the tunnel's address", () => {
-    const start = POLICY.indexOf('  gateway-node:');
-    const end = POLICY.indexOf('requirements:');
-    const text = `${POLICY.slice(0, start)}\n${POLICY.slice(end)}`.replace(
-      / {6}- \{ from: 10\.200[^\n]*\n/g,
-      '',
+  it("generates the gateway node's policy routing and kill switch from the class and the facts", () => {
+    const steering = JSON.parse(
+      compile(POLICY).find((a) => a.name === 'gateway-node.steering.json')?.content ?? '{}',
+    ) as { rules: { from: string }[]; routes: { type: string; destination: string }[] };
+    // tun0's address (Cilium's SNAT address) is routed into tun0, blackholed behind it, and the
+    // class's exceptions are thrown back to the main table.
+    expect(steering.rules.map((r) => r.from)).toEqual(['10.200.0.2/32']);
+    expect(steering.routes.map((r) => `${r.type} ${r.destination}`)).toEqual([
+      'unicast 0.0.0.0/0',
+      'blackhole 0.0.0.0/0',
+      'throw 10.42.0.0/15',
+      'throw 192.168.1.0/24',
+    ]);
+    const ruleset = compile(POLICY).find((a) => a.name === 'gateway-node.ruleset.nft');
+    expect(ruleset?.content).toContain(
+      '# Class "vpn.gateway" is generated for the egress gateway of Kubernetes class "vpn"',
     );
-    const { code, message, hint } = refusal(() => compile(text));
+    expect(ruleset?.content).toContain('counter name n_vpn.gateway/kill-switch drop');
+    // The tunnel's address moved: the generated routing follows the facts.
+    const moved: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.map((i) =>
+        i.name === 'tun0' ? { ...i, addresses: ['10.200.7.9/24'] } : i,
+      ),
+    };
+    const again = compile(POLICY, { facts: moved }).find(
+      (a) => a.name === 'gateway-node.steering.json',
+    );
+    expect(again?.content).toContain('"from": "10.200.7.9/32"');
+  });
+
+  it('uses a host class of the policy that already routes the tunnel address, and generates none', () => {
+    const text = POLICY.replace(
+      '\nrequirements:',
+      '  node-own:\n    origin: host\n    sources: [10.200.0.2]\n    via: tun0\n    killSwitch:\n      except: [lan]\n    default: allow\n\nrequirements:',
+    );
+    expect(text).not.toBe(POLICY);
+    const ruleset = compile(text).find((a) => a.name === 'gateway-node.ruleset.nft');
+    expect(ruleset?.content).toContain('class node-own');
+    expect(ruleset?.content).not.toContain('vpn.gateway');
+  });
+
+  it('refuses a tunnel class when the facts give the tunnel no address to route', () => {
+    const down: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.filter((i) => i.name !== 'tun0'),
+    };
+    const { code, message, hint } = refusal(() => compile(POLICY, { facts: down }));
     expect(code).toBe('unsupported');
     expect(message).toBe(
-      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node has no policy routing for tunnel "tun0" (Cilium\'s `interface` picks the SNAT address; the node\'s routing picks the device, so its packets would leave by the uplink)',
+      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node\'s facts give tunnel "tun0" no address, so no policy routing can be generated for Cilium\'s SNAT address (`interface` picks the address; the node\'s routing picks the device, so its packets would leave by the uplink)',
     );
-    expect(hint).toContain('origin: host');
+    expect(hint).toContain('while tun0 is up');
   });
 
   it('refuses a rule Cilium cannot express, naming it', () => {

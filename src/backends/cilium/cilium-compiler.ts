@@ -91,10 +91,11 @@ export function createCiliumCompiler(): Compiler {
         { name: MANIFESTS_ARTIFACT, content: renderManifests(ir, manifests, version) },
       ];
       if (ir.classes.length > 0) {
+        const header = nodeHeader(ir);
         for (const a of nftablesBackend.createCompiler().compile(ir, options)) {
           artifacts.push({
             name: `${NODE_ARTIFACT_PREFIX}${a.name}`,
-            content: a.name.endsWith('.nft') ? `${NODE_HEADER}${a.content}` : a.content,
+            content: a.name.endsWith('.nft') ? `${header}${a.content}` : a.content,
           });
         }
       }
@@ -103,9 +104,21 @@ export function createCiliumCompiler(): Compiler {
   };
 }
 
-const NODE_HEADER = `# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.
+function nodeHeader(ir: HostIR): string {
+  const generated = ir.classes.flatMap((c) =>
+    c.gatewayFor === null || c.selector.kind !== 'host' || c.via.kind !== 'tunnel'
+      ? []
+      : [
+          `# Class "${c.name}" is generated for the egress gateway of Kubernetes class "${c.gatewayFor}": traffic
+# from ${c.selector.sources.describe()} (${c.via.interface}'s address, Cilium's SNAT address) is routed into ${c.via.interface}, blackholed
+# when it is down; its kill switch here covers what the node itself sends from that address.
+`,
+        ],
+  );
+  return `# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.
 # It never sees pod traffic, which Cilium's eBPF host routing redirects past netfilter.
-`;
+${generated.join('')}`;
+}
 
 /**
  * Refuses manifests that fail the pinned schemas or the semantic checks (interface with egressIP,
@@ -188,12 +201,13 @@ function egressGatewayPolicy(
   ) {
     // NOTES, "interface selects the SNAT address, not the egress device": the gateway routes by
     // `ip route get <dst> from <egress IP>`, so without a rule for the tunnel's address the
-    // steered packets leave by the default route, source-NATed to the tunnel address.
+    // steered packets leave by the default route, source-NATed to the tunnel address. Binding
+    // derives that routing from the tunnel's address in the facts (class "<name>.gateway").
     throw new EgressguardError(
       'unsupported',
-      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node has no policy routing for tunnel "${via.interface}" (Cilium's \`interface\` picks the SNAT address; the node's routing picks the device, so its packets would leave by the uplink)`,
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node's facts give tunnel "${via.interface}" no address, so no policy routing can be generated for Cilium's SNAT address (\`interface\` picks the address; the node's routing picks the device, so its packets would leave by the uplink)`,
       {
-        hint: `add a host class for the gateway node: origin: host, sources: [the address of ${via.interface}], via: ${via.interface}, with a kill switch`,
+        hint: `compile with the facts of the gateway node while ${via.interface} is up (\`egressguard facts --json\` there), or give the policy a host class with the tunnel's address as its source, via: ${via.interface}`,
       },
     );
   }
