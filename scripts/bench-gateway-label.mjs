@@ -5,8 +5,10 @@
 // policy when the tunnel returns. The tunnel is a real link in a lab of network namespaces (never
 // the root namespace); the cluster is the MODEL of the Kubernetes API server
 // (src/backends/cilium/kube-api-model.ts) over HTTPS on loopback, polled in this process every
-// 5 ms. Times run from the moment the fault command returned to the model's first view of the
-// change. The resident is the built CLI with its defaults (--gateway-tick 1000).
+// 5 ms. Times run from the moment the fault command is issued (an `ip` process; the kernel's
+// change happens while it runs) to the model's first view of the change, and split into steps:
+// the resident seeing the link event, waiting for an earlier API call, the PATCH itself, and the
+// model's view of it. The resident is the built CLI with its defaults (--gateway-tick 1000).
 // Usage: node scripts/bench-gateway-label.mjs [--rounds 5]
 // Needs root and a build (npm run build). Results in bench-out/gateway-label.json.
 import { spawn } from 'node:child_process';
@@ -99,9 +101,8 @@ const stampOf = () =>
     'egressguard.dev/reapplied-at'
   ];
 
-/** Milliseconds until `check` holds, polled every 5 ms; Infinity after 60 s. */
-const until = async (check) => {
-  const start = performance.now();
+/** Milliseconds from `start` until `check` holds, polled every 5 ms; Infinity after 60 s. */
+const until = async (check, start = performance.now()) => {
   while (!check()) {
     if (performance.now() - start > 60_000) return Infinity;
     await sleep(5);
@@ -130,8 +131,25 @@ const child = spawn(
   ],
   { env: { ...process.env, EGRESSGUARD_ROOTNS_GUARD: '1' }, stdio: ['ignore', 'pipe', 'inherit'] },
 );
-// The resident's log is not needed; reading it keeps its pipe from filling.
-child.stdout.resume();
+// The resident's JSON log: its fast path reports, per removal, how long the patch waited for an
+// earlier call and how long the request took (steps.wait, steps.patch).
+const unmarks = [];
+let pending = '';
+child.stdout.setEncoding('utf8');
+child.stdout.on('data', (chunk) => {
+  pending += chunk;
+  let newline;
+  while ((newline = pending.indexOf('\n')) !== -1) {
+    const line = pending.slice(0, newline);
+    pending = pending.slice(newline + 1);
+    try {
+      const entry = JSON.parse(line);
+      if (entry.action === 'unmarked' && entry.steps !== undefined) unmarks.push(entry);
+    } catch {
+      // not a log line
+    }
+  }
+});
 
 const faults = {
   down: { off: () => lab.setLinkDown(TUNNEL), on: () => lab.setLinkUp(TUNNEL) },
@@ -139,6 +157,10 @@ const faults = {
   'no carrier': { off: () => lab.setCarrierOff(TUNNEL), on: () => lab.setCarrierOn(TUNNEL) },
 };
 const removed = Object.fromEntries(Object.keys(faults).map((k) => [k, []]));
+// Where a removal's time went, from the fault command issued: the command's own run, the
+// resident seeing the link event (ip monitor, the pipe, the event loop), waiting for an earlier
+// API call, the PATCH, and the model's view of it (this process polls every 5 ms).
+const steps = { command: [], seen: [], wait: [], patch: [], observed: [] };
 const restored = Object.fromEntries(Object.keys(faults).map((k) => [k, []]));
 const loads = [];
 try {
@@ -147,12 +169,31 @@ try {
   for (let round = 1; round <= rounds; round++) {
     for (const [name, fault] of Object.entries(faults)) {
       loads.push(loadavg()[0]);
+      const logged = unmarks.length;
+      const issued = Date.now();
+      const clock = performance.now();
       await fault.off();
-      removed[name].push(await until(() => labelOf() === undefined));
+      steps.command.push(Date.now() - issued);
+      const took = await until(() => labelOf() === undefined, clock);
+      removed[name].push(took);
+      // The fast path's entry for this removal, if it was the fast path that removed the label.
+      const deadline = performance.now() + 5000;
+      while (unmarks.length === logged && performance.now() < deadline) await sleep(5);
+      const entry = unmarks[logged];
+      if (entry !== undefined) {
+        const done = Date.parse(entry.time);
+        steps.seen.push(done - entry.steps.patch - entry.steps.wait - issued);
+        steps.wait.push(entry.steps.wait);
+        steps.patch.push(entry.steps.patch);
+        steps.observed.push(issued + took - done);
+      }
       const before = stampOf();
       await sleep(300); // let the fault settle before the tunnel returns
+      const back = performance.now();
       await fault.on();
-      restored[name].push(await until(() => labelOf() === label.value && stampOf() !== before));
+      restored[name].push(
+        await until(() => labelOf() === label.value && stampOf() !== before, back),
+      );
       await sleep(300);
     }
   }
@@ -173,6 +214,9 @@ const result = {
   rounds,
   loadAverage: { min: Math.min(...loads), max: Math.max(...loads) },
   removedMs: Object.fromEntries(Object.entries(removed).map(([k, v]) => [k, round(stats(v))])),
+  // Removals the fast path did (a link event); the others were done by a periodic pass.
+  removedByLinkEvent: steps.patch.length,
+  removalStepsMs: Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, round(stats(v))])),
   restoredAndReappliedMs: Object.fromEntries(
     Object.entries(restored).map(([k, v]) => [k, round(stats(v))]),
   ),

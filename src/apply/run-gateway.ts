@@ -19,12 +19,14 @@ interface DutyState {
 export interface GatewayLoop {
   /**
    * Asks for a pass. A link event that shows a duty's tunnel down or gone takes the duty's mark
-   * off at once, before the pass reads the whole live state (the kill switch's fast path).
+   * off at once, before the pass reads the whole live state (the kill switch's fast path). The
+   * promise settles when that removal is done (at once for any other nudge), so the caller can
+   * hold back work that would compete with it.
    */
   readonly nudge: (
     reason: string,
     link?: { readonly name: string; readonly state: 'up' | 'down' | 'absent' },
-  ) => void;
+  ) => Promise<void>;
   /** Stops the loop; with `unmark`, takes every mark off the node first (fail closed). */
   stop(options: { readonly unmark: boolean }): Promise<void>;
 }
@@ -173,21 +175,32 @@ export function startGatewayLoop(input: {
     );
     if (gone.length === 0 || life.stopped) {
       run(reason);
-      return;
+      return Promise.resolve();
     }
     downEvents++;
-    void (async () => {
+    const seen = performance.now();
+    return (async () => {
       for (const duty of gone) {
         const state = states.get(duty.id);
         if (state?.up === false) continue;
         try {
-          const change = await serially(() => input.connection.converge(duty, false));
+          let started = 0;
+          const change = await serially(() => {
+            started = performance.now();
+            return input.connection.converge(duty, false);
+          });
+          const done = performance.now();
           if (state !== undefined) state.up = false;
           if (change.changed) {
-            log(
-              'unmarked',
-              `${duty.what} removed from node ${input.connection.node}: tunnel ${duty.tunnel} is ${link?.state === 'absent' ? 'absent' : 'down or has no carrier'} (${reason})`,
-            );
+            input.log({
+              time: new Date().toISOString(),
+              action: 'unmarked',
+              message: `${duty.what} removed from node ${input.connection.node}: tunnel ${duty.tunnel} is ${link?.state === 'absent' ? 'absent' : 'down or has no carrier'} (${reason})`,
+              steps: {
+                wait: Math.round((started - seen) * 10) / 10,
+                patch: Math.round((done - started) * 10) / 10,
+              },
+            });
           }
         } catch (error) {
           log(

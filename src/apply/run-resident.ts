@@ -4,13 +4,15 @@ import {
   type BackendOptions,
   type WatchEvent,
 } from '../backends/index.js';
-import { EgressguardError, isEgressguardError } from '../core/index.js';
+import { EgressguardError, isEgressguardError, type StepTimings } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLock, hostLockHolder, type StateDir } from '../state/index.js';
 import { FILES, readGeneration } from './generation.js';
 import { recordFingerprint } from './record-fingerprint.js';
 
 const LOCK_RETRY_MS = 250;
+/** How long a reconcile waits for the listener's urgent work (the gateway label) at most. */
+const URGENT_HOLD_MS = 1_000;
 
 /** What applying the resident's own policy again did. */
 export interface RefreshApplied {
@@ -35,6 +37,11 @@ export interface ResidentLogEntry {
     | 'reapplied-cluster'
     | 'error';
   readonly message: string;
+  /**
+   * Milliseconds per step, where an entry reports timed work: for the gateway's fast path, from
+   * the link event to the cluster's answer (`wait` for an earlier call, `patch` the request).
+   */
+  readonly steps?: StepTimings;
 }
 
 /**
@@ -64,7 +71,7 @@ export async function runResident(input: {
   onChange?: (
     reason: string,
     link?: { readonly name: string; readonly state: 'up' | 'down' | 'absent' },
-  ) => void;
+  ) => void | Promise<void>;
 }): Promise<void> {
   const context = { runner: input.runner, options: input.options };
   const watcher = input.backend.createWatcher?.(context);
@@ -112,7 +119,8 @@ export async function runResident(input: {
         try {
           await reconcileOnce(next);
         } finally {
-          input.onChange?.(`reconciled after ${next}`);
+          // A nudge with no link: nothing urgent to wait for.
+          void input.onChange?.(`reconciled after ${next}`);
         }
         next = pass.again;
       }
@@ -253,12 +261,30 @@ export async function runResident(input: {
           : event.kind === 'route'
             ? `route: ${event.detail}`
             : 'periodic check';
-    if (event.kind === 'link' && event.state !== undefined) {
-      input.onChange?.(reason, { name: event.name, state: event.state });
-    } else if (event.kind !== 'tick') input.onChange?.(reason);
-    reconcile(reason).catch((error: unknown) => {
-      log('error', `Cannot re-converge: ${(error as Error).message}`);
-    });
+    const urgent =
+      event.kind === 'link' && event.state !== undefined
+        ? input.onChange?.(reason, { name: event.name, state: event.state })
+        : event.kind !== 'tick'
+          ? input.onChange?.(reason)
+          : undefined;
+    // What the listener does at once (the gateway taking its label off a tunnel that went down)
+    // goes first: the reconcile re-reads facts and compiles, processes and CPU that would delay
+    // that one request on a loaded machine. Never for long: an API server that does not answer
+    // must not hold back the host's own repairs.
+    let held: ReturnType<typeof setTimeout> | undefined;
+    Promise.race([
+      Promise.resolve(urgent).catch(() => undefined),
+      new Promise<void>((resolve) => {
+        held = setTimeout(resolve, URGENT_HOLD_MS);
+      }),
+    ])
+      .finally(() => {
+        clearTimeout(held);
+      })
+      .then(() => reconcile(reason))
+      .catch((error: unknown) => {
+        log('error', `Cannot re-converge: ${(error as Error).message}`);
+      });
   };
 
   const tick = setInterval(() => {

@@ -110,6 +110,8 @@ export function generatePodBoundaryPackets(
   const protocols = options.protocols ?? ['tcp', 'udp', 'icmp', 132, 47];
   const sets: AddressSet[] = [];
   if (options.extraDestinations !== undefined) sets.push(options.extraDestinations);
+  // The cluster's pods, services and nodes: the pod network judges them by identity.
+  if (ir.cluster !== null) sets.push(ir.cluster.pods, ir.cluster.services, ir.cluster.nodes);
   const ports = boundariesOf(ir.podClasses, sets);
   const destinationEdges = { 4: edges(sets, 4), 6: edges(sets, 6) };
   const portList = [...ports].sort((a, b) => a - b);

@@ -32,6 +32,22 @@ const factsSchema = z.strictObject({
       metric: z.number().int().optional(),
     }),
   ),
+  cluster: z
+    .strictObject({
+      podCidrs: z.array(z.string()).min(1).describe('the pod CIDRs (k3s: 10.42.0.0/16)'),
+      serviceCidrs: z
+        .array(z.string())
+        .default([])
+        .describe('the service (ClusterIP) CIDRs (k3s: 10.43.0.0/16)'),
+      nodeAddresses: z
+        .array(z.string())
+        .default([])
+        .describe("every node's InternalIP (kubectl get nodes -o wide)"),
+    })
+    .optional()
+    .describe(
+      'The Kubernetes cluster this host is a node of: the addresses its pod network judges by identity, not by address',
+    ),
 });
 
 /** What egressguard knows about a host: an explicit, serialisable input to lowering. */
@@ -55,6 +71,23 @@ export function parseHostFacts(json: unknown, source: string): HostFacts {
         throw new EgressguardError(
           'facts',
           `Cannot use host facts "${source}": interface "${iface.name}" has malformed address "${address}"`,
+        );
+      }
+    }
+  }
+  const cluster = parsed.data.cluster;
+  if (cluster !== undefined) {
+    for (const [field, list] of [
+      ['podCidrs', cluster.podCidrs],
+      ['serviceCidrs', cluster.serviceCidrs],
+      ['nodeAddresses', cluster.nodeAddresses],
+    ] as const) {
+      const bad = list.find((text) => parsePrefix(text) === undefined);
+      if (bad !== undefined) {
+        throw new EgressguardError(
+          'facts',
+          `Cannot use host facts "${source}": cluster.${field} has malformed ${field === 'nodeAddresses' ? 'address' : 'prefix'} "${bad}"`,
+          { hint: 'write prefixes as 10.42.0.0/16 and node addresses as 192.168.1.21' },
         );
       }
     }

@@ -2,3 +2,4 @@ export { parseHostFacts, readHostFacts, resolveUplink, type HostFacts } from './
 export { gatherFacts } from './gather-facts.js';
 export { DEFAULT_LABELS_FILE, labelsFile, parseLabel, readHostLabels } from './host-labels.js';
 export { hostOs } from './host-os.js';
+export { keepAbsentTunnels } from './keep-absent-tunnels.js';

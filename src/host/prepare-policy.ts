@@ -10,6 +10,7 @@ import {
 import { VERSION } from '../core/index.js';
 import {
   gatherFacts,
+  keepAbsentTunnels,
   labelsFile,
   readHostFacts,
   readHostLabels,
@@ -48,6 +49,11 @@ export interface PrepareInput {
   readonly facts?: string | HostFacts | undefined;
   /** Called with a warning a person should see (a class this host's labels leave out). */
   readonly warn?: (message: string) => void;
+  /**
+   * The facts of the last prepare on this host (a resident's): a declared tunnel deleted since
+   * is bound as it was then (keepAbsentTunnels), so an outage changes nothing that is enforced.
+   */
+  readonly previous?: HostFacts;
 }
 
 /** Policy + facts → IR → the backend's stamped artifacts and the host config hash. */
@@ -60,12 +66,13 @@ export async function preparePolicy(target: HostTarget, input: PrepareInput): Pr
   gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const policy =
     typeof input.policy === 'string' ? requirePolicy(input.policy).policy : input.policy;
-  const facts =
+  const read =
     gathering !== undefined
       ? await gathering
       : typeof input.facts === 'string'
         ? readHostFacts(input.facts)
         : (input.facts as HostFacts);
+  const facts = keepAbsentTunnels(read, input.previous, policy.tunnels);
   return prepareForFacts(target, {
     policy,
     facts,

@@ -12,6 +12,7 @@ import { lowerPolicy } from './lower-policy.js';
 import {
   type BoundViaIR,
   type ClassIR,
+  type ClusterIR,
   type HostClassIR,
   type HostIR,
   type PolicyIR,
@@ -46,9 +47,10 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     const families: Family[] = iface?.ipv6 === false ? [4] : [4, 6];
     return { kind: 'tunnel', name, families };
   });
-  const classes = ir.classes
+  const own = ir.classes
     .filter((c) => isClassOnHost(c, facts))
     .map((c) => bindClass(c, { uplink, tunnels, hostname: facts.hostname }));
+  const classes = [...own, ...gatewayClasses(ir, facts, { own, uplink, tunnels })];
   return deepFreeze({
     kind: 'host-policy',
     name: ir.name,
@@ -61,7 +63,20 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
       ...c,
       via: bindVia(c.via, { uplink, tunnels }),
     })),
+    cluster: bindCluster(facts),
   });
+}
+
+function bindCluster(facts: HostFacts): ClusterIR | null {
+  const cluster = facts.cluster;
+  if (cluster === undefined) return null;
+  const nodes = AddressSet.parse(cluster.nodeAddresses);
+  return {
+    kind: 'cluster',
+    pods: AddressSet.parse(cluster.podCidrs).subtract(nodes),
+    services: AddressSet.parse(cluster.serviceCidrs).subtract(nodes),
+    nodes,
+  };
 }
 
 function bindClass(
@@ -93,7 +108,65 @@ function bindClass(
     nat: c.nat,
     rules: c.rules,
     defaultRule: c.defaultRule,
+    gatewayFor: null,
   };
+}
+
+/**
+ * The gateway node's part of a Kubernetes tunnel class, derived from the class and this host's
+ * facts: Cilium's `interface` only picks the SNAT address (the tunnel's address); the node's own
+ * routing picks the device ("ip route get <dst> from <egressIP>", EGW doc; cilium/cilium#40406).
+ * So the tunnel's addresses form a host class that leaves by the tunnel, with the pod class's
+ * kill switch and exceptions: its steering sends the SNATed pod traffic into the tunnel (with a
+ * blackhole behind it), and its nftables kill switch covers what the node itself sends from those
+ * addresses (the SNATed pod traffic bypasses netfilter). Derived only on a host that has the
+ * tunnel with an address (the gateway node), and only when no class of the policy already routes
+ * those addresses through the tunnel.
+ */
+function gatewayClasses(
+  ir: PolicyIR,
+  facts: HostFacts,
+  host: { own: readonly HostClassIR[]; uplink: string; tunnels: readonly TunnelIR[] },
+): HostClassIR[] {
+  return ir.podClasses.flatMap((pc): HostClassIR[] => {
+    if (pc.via.kind !== 'tunnel') return [];
+    const tunnel = pc.via.interface;
+    // The addresses themselves (a bare address is a host prefix), not the subnets they sit in.
+    const prefixes = (facts.interfaces.find((i) => i.name === tunnel)?.addresses ?? [])
+      .map((a) => parsePrefix(a.split('/')[0] ?? ''))
+      .filter((p): p is Prefix => p !== undefined && !isHostScoped(p));
+    if (prefixes.length === 0) return [];
+    const sources = AddressSet.fromPrefixes(prefixes);
+    const routed = host.own.some(
+      (c) =>
+        c.selector.kind === 'host' &&
+        c.via.kind === 'tunnel' &&
+        c.via.interface === tunnel &&
+        c.selector.sources.covers(sources),
+    );
+    if (routed) return [];
+    const name = `${pc.name}.gateway`;
+    return [
+      {
+        kind: 'class',
+        name,
+        selector: { kind: 'host', sources },
+        via: bindVia(pc.via, host),
+        housekeeping: [],
+        antiSpoofing: null,
+        ipv6Block: null,
+        killSwitch:
+          pc.killSwitch === null
+            ? null
+            : { kind: 'kill-switch', id: `${name}/kill-switch`, except: pc.killSwitch.except },
+        mssClamp: null,
+        nat: null,
+        rules: [],
+        defaultRule: { kind: 'default', id: `${name}/default`, action: 'allow' },
+        gatewayFor: pc.name,
+      },
+    ];
+  });
 }
 
 function bindVia(

@@ -1,7 +1,7 @@
-import { formatAddress, type Family } from '../core/index.js';
+import { formatAddress, type AddressSet, type Family } from '../core/index.js';
 import type { Protocol } from '../policy/index.js';
 import type { Decision, EvaluationState, Explanation, HostView, Layer } from './evaluate.js';
-import { carries, type HostIR, type RuleIR } from './nodes.js';
+import { carries, type HostIR, type HostPodClassIR, type RuleIR } from './nodes.js';
 
 /** A packet a pod sends: pods have no fixed address, so only what the rules match on. */
 export interface PodPacket {
@@ -50,7 +50,19 @@ export function evaluatePodPacket(
     );
   }
   let steered = false;
-  if (cls.via.kind === 'tunnel') {
+  const part = clusterPart(ir, packet);
+  if (part !== null) {
+    notes.unshift(CLUSTER_NOTES[part]);
+    const node = part === 'services' ? firstAddress(ir.cluster?.nodes, packet.family) : undefined;
+    if (node !== undefined) {
+      const asNode = decide(cls, { ...packet, destination: node });
+      if (asNode.action !== decide(cls, packet).action) {
+        notes.push(
+          `A service whose backends are nodes (the kubernetes API service) is judged as a node, at the backend's port: the rules give a node ${asNode.action} here (${asNode.id})`,
+        );
+      }
+    }
+  } else if (cls.via.kind === 'tunnel') {
     const tunnel = cls.via.interface;
     const excepted = cls.killSwitch?.except.contains(packet.family, packet.destination) ?? false;
     if (!excepted) {
@@ -80,12 +92,7 @@ export function evaluatePodPacket(
       );
     }
   }
-  const rule = cls.rules.find((r) => matchesPodRule(r, packet));
-  const decidedBy: Decision =
-    rule === undefined
-      ? { kind: 'default', id: cls.defaultRule.id }
-      : { kind: 'rule', id: rule.id, action: rule.action };
-  const action = rule === undefined ? cls.defaultRule.action : rule.action;
+  const { decidedBy, action } = decide(cls, packet);
   if (action === 'deny') return deny(decidedBy);
   const via = steered && cls.via.kind === 'tunnel' ? cls.via.interface : null;
   return {
@@ -97,10 +104,53 @@ export function evaluatePodPacket(
     hook: null,
     layers: LAYERS_POD,
     notes:
-      via === null && cls.via.kind === 'uplink'
+      via === null && cls.via.kind === 'uplink' && part === null
         ? ["Leaves from the pod's own node, masqueraded by the pod network", ...notes]
         : notes,
   };
+}
+
+/** The first-match verdict of the class's rules (the default when none matches). */
+function decide(
+  cls: HostPodClassIR,
+  packet: PodPacket,
+): { decidedBy: Decision; action: 'allow' | 'deny' | 'audit'; id: string } {
+  const rule = cls.rules.find((r) => matchesPodRule(r, packet));
+  if (rule === undefined) {
+    const id = cls.defaultRule.id;
+    return { decidedBy: { kind: 'default', id }, action: cls.defaultRule.action, id };
+  }
+  return {
+    decidedBy: { kind: 'rule', id: rule.id, action: rule.action },
+    action: rule.action,
+    id: rule.id,
+  };
+}
+
+type ClusterPart = 'pods' | 'services' | 'nodes';
+
+// What the pod network makes of an in-cluster destination (ClusterIR's sources).
+const CLUSTER_NOTES: Readonly<Record<ClusterPart, string>> = {
+  pods: 'In-cluster destination (the pod CIDR): the pod network judges it by identity, as any pod of the cluster, never by address; the egress gateway never steers it, so it stays inside the cluster whatever the tunnel does',
+  services:
+    'In-cluster destination (the service CIDR): the pod network translates a ClusterIP to a backend before policy and judges the backend, a pod; the egress gateway never steers it, so it stays inside the cluster whatever the tunnel does',
+  nodes:
+    'In-cluster destination (a node): the pod network judges it by identity (the host and remote-node entities), never by address; the egress gateway never steers it',
+};
+
+/** Which part of the cluster a destination is in, when the facts say where the cluster is. */
+function clusterPart(ir: HostIR, packet: PodPacket): ClusterPart | null {
+  const cluster = ir.cluster;
+  if (cluster === null) return null;
+  for (const part of ['nodes', 'pods', 'services'] as const) {
+    if (cluster[part].contains(packet.family, packet.destination)) return part;
+  }
+  return null;
+}
+
+function firstAddress(set: AddressSet | undefined, family: Family): number | bigint | undefined {
+  for (const [start] of set?.intervals(family) ?? []) return start;
+  return undefined;
 }
 
 function tunnelAddress(host: HostView, tunnel: string, family: Family): string | null {

@@ -4,6 +4,7 @@ export {
   type AntiSpoofingIR,
   type BoundViaIR,
   type ClassIR,
+  type ClusterIR,
   type DefaultIR,
   type HostClassIR,
   type HostIR,

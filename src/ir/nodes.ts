@@ -165,6 +165,23 @@ export interface HostPodClassIR extends Omit<PodClassIR, 'via'> {
   readonly via: BoundViaIR;
 }
 
+/**
+ * The Kubernetes cluster a gateway node belongs to, from its facts: the destinations the pod
+ * network judges by identity, never by address. Cilium's CIDR rules do not match pods or nodes
+ * (language.rst, "IP/CIDR based"), and a ClusterIP is translated to a backend before policy, so
+ * it is the backend that is judged (cilium/cilium#21251). The egress gateway never steers them
+ * (EGW doc, "Selecting the destination").
+ */
+export interface ClusterIR {
+  readonly kind: 'cluster';
+  /** The pod CIDRs, less the node addresses: Cilium endpoints (toEndpoints). */
+  readonly pods: AddressSet;
+  /** The service CIDRs: judged as the pods behind them. */
+  readonly services: AddressSet;
+  /** The nodes' addresses: the host and remote-node entities. */
+  readonly nodes: AddressSet;
+}
+
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
   readonly kind: 'tunnel';
@@ -179,6 +196,12 @@ export type BoundViaIR =
 /** A class bound to one host: `via` resolved to the interface it leaves by. */
 export interface HostClassIR extends Omit<ClassIR, 'via' | 'hostLabels'> {
   readonly via: BoundViaIR;
+  /**
+   * The Kubernetes class whose egress gateway this class routes, when binding derived it (the
+   * gateway node's own policy routing and kill switch for the tunnel's address); null for a
+   * class of the policy.
+   */
+  readonly gatewayFor: string | null;
 }
 
 /** The IR bound to one host's facts: what a backend compiles and the host config hash covers. */
@@ -198,6 +221,8 @@ export interface HostIR {
   readonly classes: readonly HostClassIR[];
   /** Kubernetes classes, bound to this host as their gateway node (its tunnels' families). */
   readonly podClasses: readonly HostPodClassIR[];
+  /** The cluster this host is a node of, when its facts say. */
+  readonly cluster: ClusterIR | null;
 }
 
 export function assertNever(value: never, what = 'node'): never {

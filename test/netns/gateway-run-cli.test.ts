@@ -190,6 +190,15 @@ describe('egressguard run --k8s (built CLI)', () => {
           `egressguard_egress_policy_reapplied_total\\{node="${NODE}",policy="${OWN_POLICY}"\\} [1-9]`,
         ),
       );
+      // The re-apply time the alert compares with the label's last change: set, not the 0 of start.
+      const reappliedAt = Number(
+        /egressguard_egress_policy_reapplied_timestamp_seconds\{node="[^"]+"\} (\S+)/.exec(up)?.[1],
+      );
+      const changedAt = Number(
+        /egressguard_gateway_last_change_timestamp_seconds\{node="[^"]+"\} (\S+)/.exec(up)?.[1],
+      );
+      expect(reappliedAt).toBeGreaterThan(0);
+      expect(reappliedAt).toBeGreaterThanOrEqual(changedAt);
 
       await lab.setLinkDown(TUNNEL);
       await until('the label is removed', () => !(VPN_LABEL.key in nodeLabels(cluster.model)));

@@ -6,7 +6,11 @@ import { isEgressguardError } from '../../core/index.js';
 import { parseHostFacts, type HostFacts } from '../../facts/index.js';
 import { lowerForHost } from '../../ir/index.js';
 import { parsePolicy } from '../../policy/index.js';
-import type { CiliumEgressGatewayPolicy, CiliumManifest } from './cilium-manifests.js';
+import type {
+  CiliumClusterwideNetworkPolicy,
+  CiliumEgressGatewayPolicy,
+  CiliumManifest,
+} from './cilium-manifests.js';
 import {
   assertValidManifests,
   createCiliumCompiler,
@@ -148,19 +152,59 @@ describe('the cilium compiler', () => {
     );
   });
 
-  it("refuses a tunnel class when the gateway node has no policy routing for the tunnel's address", () => {
-    const start = POLICY.indexOf('  gateway-node:');
-    const end = POLICY.indexOf('requirements:');
-    const text = `${POLICY.slice(0, start)}\n${POLICY.slice(end)}`.replace(
-      / {6}- \{ from: 10\.200[^\n]*\n/g,
-      '',
+  it("generates the gateway node's policy routing and kill switch from the class and the facts", () => {
+    const steering = JSON.parse(
+      compile(POLICY).find((a) => a.name === 'gateway-node.steering.json')?.content ?? '{}',
+    ) as { rules: { from: string }[]; routes: { type: string; destination: string }[] };
+    // tun0's address (Cilium's SNAT address) is routed into tun0, blackholed behind it, and the
+    // class's exceptions are thrown back to the main table.
+    expect(steering.rules.map((r) => r.from)).toEqual(['10.200.0.2/32']);
+    expect(steering.routes.map((r) => `${r.type} ${r.destination}`)).toEqual([
+      'unicast 0.0.0.0/0',
+      'blackhole 0.0.0.0/0',
+      'throw 10.42.0.0/15',
+      'throw 192.168.1.0/24',
+    ]);
+    const ruleset = compile(POLICY).find((a) => a.name === 'gateway-node.ruleset.nft');
+    expect(ruleset?.content).toContain(
+      '# Class "vpn.gateway" is generated for the egress gateway of Kubernetes class "vpn"',
     );
-    const { code, message, hint } = refusal(() => compile(text));
+    expect(ruleset?.content).toContain('counter name n_vpn.gateway/kill-switch drop');
+    // The tunnel's address moved: the generated routing follows the facts.
+    const moved: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.map((i) =>
+        i.name === 'tun0' ? { ...i, addresses: ['10.200.7.9/24'] } : i,
+      ),
+    };
+    const again = compile(POLICY, { facts: moved }).find(
+      (a) => a.name === 'gateway-node.steering.json',
+    );
+    expect(again?.content).toContain('"from": "10.200.7.9/32"');
+  });
+
+  it('uses a host class of the policy that already routes the tunnel address, and generates none', () => {
+    const text = POLICY.replace(
+      '\nrequirements:',
+      '  node-own:\n    origin: host\n    sources: [10.200.0.2]\n    via: tun0\n    killSwitch:\n      except: [lan]\n    default: allow\n\nrequirements:',
+    );
+    expect(text).not.toBe(POLICY);
+    const ruleset = compile(text).find((a) => a.name === 'gateway-node.ruleset.nft');
+    expect(ruleset?.content).toContain('class node-own');
+    expect(ruleset?.content).not.toContain('vpn.gateway');
+  });
+
+  it('refuses a tunnel class when the facts give the tunnel no address to route', () => {
+    const down: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.filter((i) => i.name !== 'tun0'),
+    };
+    const { code, message, hint } = refusal(() => compile(POLICY, { facts: down }));
     expect(code).toBe('unsupported');
     expect(message).toBe(
-      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node has no policy routing for tunnel "tun0" (Cilium\'s `interface` picks the SNAT address; the node\'s routing picks the device, so its packets would leave by the uplink)',
+      'Cannot compile Kubernetes class "vpn" for Cilium: the gateway node\'s facts give tunnel "tun0" no address, so no policy routing can be generated for Cilium\'s SNAT address (`interface` picks the address; the node\'s routing picks the device, so its packets would leave by the uplink)',
     );
-    expect(hint).toContain('origin: host');
+    expect(hint).toContain('while tun0 is up');
   });
 
   it('refuses a rule Cilium cannot express, naming it', () => {
@@ -197,5 +241,98 @@ describe('the cilium compiler', () => {
     const peers = JSON.stringify(manifests[1]);
     expect(peers).toContain('"icmps"');
     expect(peers).toContain('{"family":"IPv4","type":255}');
+  });
+
+  describe('in-cluster destinations, judged by the rules and written as identities', () => {
+    const rulesOf = (text: string) => {
+      const network = manifestsOf(text)[1] as CiliumClusterwideNetworkPolicy;
+      return network.specs ?? [];
+    };
+    const pods = { matchExpressions: [{ key: 'io.kubernetes.pod.namespace', operator: 'Exists' }] };
+
+    it("writes the pods' verdict as toEndpoints of every namespace, and nothing for nodes the rules deny", () => {
+      const specs = rulesOf(POLICY);
+      const identity = specs.filter((r) =>
+        [...(r.egress ?? []), ...(r.egressDeny ?? [])].some(
+          (e) => e.toEndpoints !== undefined || e.toEntities?.includes('host') === true,
+        ),
+      );
+      // Pods (and the services in front of them): all but mail. Nodes are in the LAN: denied.
+      expect(identity).toHaveLength(1);
+      expect(identity[0]?.egress).toEqual([{ toEndpoints: [pods] }]);
+      expect(identity[0]?.egressDeny).toEqual([
+        { toEndpoints: [pods], toPorts: [{ ports: [{ port: '25', protocol: 'TCP' }] }] },
+      ]);
+      // Nothing allows the whole cluster any more.
+      expect(JSON.stringify(specs)).not.toContain('"cluster"');
+    });
+
+    it('writes an allow of the nodes as the host and remote-node entities, with its ports', () => {
+      const text = POLICY.replace(
+        '      - { id: vpn-no-lan, action: deny, to: lan }',
+        '      - { id: vpn-kubelet, action: allow, to: [192.168.1.21, 192.168.1.22], proto: tcp, ports: [10250] }\n      - { id: vpn-no-lan, action: deny, to: lan }',
+      );
+      expect(text).not.toBe(POLICY);
+      const nodes = rulesOf(text).filter((r) =>
+        (r.egress ?? []).some((e) => e.toEntities?.includes('host') === true),
+      );
+      expect(nodes.map((r) => r.egress)).toEqual([
+        [
+          {
+            toEntities: ['host', 'remote-node'],
+            toPorts: [{ ports: [{ port: '10250', protocol: 'TCP' }] }],
+          },
+        ],
+      ]);
+      expect(nodes[0]?.description).toContain('vpn-kubelet');
+    });
+
+    it('refuses rules that judge part of the pods apart from the rest: Cilium has no pod addresses', () => {
+      const text = POLICY.replace(
+        '      - { id: vpn-no-lan, action: deny, to: lan }',
+        '      - { id: vpn-no-lan, action: deny, to: lan }\n      - { id: vpn-some-pods, action: deny, to: [10.42.5.0/24] }',
+      );
+      expect(refusal(() => compile(text))).toEqual({
+        code: 'unsupported',
+        message:
+          'Cannot compile Kubernetes class "vpn" for Cilium: its rules judge the cluster\'s pod addresses in parts (10.42.0.0/22, 10.42.4.0/24, … (8 prefixes) by "vpn-no-smtp", "vpn/default"; 10.42.5.0/24 by "vpn-no-smtp", "vpn-some-pods"), and Cilium matches pods by identity, never by address',
+        hint: "let each rule name all of the cluster's pod addresses or none of them (the facts' \"cluster\" says where they are), or leave those destinations to the cluster's own network policies",
+      });
+    });
+
+    it('refuses rules that judge the services apart from the pods behind them, and nodes in parts', () => {
+      const services = POLICY.replace(
+        '      - { id: vpn-no-lan, action: deny, to: lan }',
+        '      - { id: vpn-no-lan, action: deny, to: lan }\n      - { id: vpn-no-services, action: deny, to: [10.43.0.0/16], proto: udp }',
+      );
+      expect(refusal(() => compile(services)).message).toBe(
+        'Cannot compile Kubernetes class "vpn" for Cilium: its rules judge the service addresses (by "vpn-no-services", "vpn-no-smtp", "vpn/default") differently from the pods (by "vpn-no-smtp", "vpn/default"), and Cilium translates a ClusterIP to a pod behind it before policy and judges that pod',
+      );
+      const oneNode = POLICY.replace(
+        '      - { id: vpn-no-lan, action: deny, to: lan }',
+        '      - { id: vpn-one-node, action: allow, to: [192.168.1.21] }\n      - { id: vpn-no-lan, action: deny, to: lan }',
+      );
+      expect(refusal(() => compile(oneNode)).message).toContain(
+        "its rules judge the cluster's node addresses in parts",
+      );
+    });
+
+    it("refuses without the cluster in the gateway node's facts, and says what to add", () => {
+      const facts: HostFacts = { ...FACTS };
+      delete facts.cluster;
+      const { code, message, hint } = refusal(() => compile(POLICY, { facts }));
+      expect(code).toBe('unsupported');
+      expect(message).toBe(
+        'Cannot compile policy "k3s-vpn-egress" for Cilium: the gateway node\'s facts do not say where the cluster\'s pods, services and nodes are, and Cilium judges those by identity, never by address',
+      );
+      expect(hint).toContain('"cluster": { "podCidrs"');
+    });
+
+    it('excludes the cluster from the egress gateway even when the kill switch does not except it', () => {
+      const text = POLICY.replace('except: [lan, cluster]', 'except: [lan]');
+      expect(text).not.toBe(POLICY);
+      const gateway = manifestsOf(text)[0] as CiliumEgressGatewayPolicy;
+      expect(gateway.spec.excludedCIDRs).toEqual(['10.42.0.0/15', '192.168.1.0/24']);
+    });
   });
 });

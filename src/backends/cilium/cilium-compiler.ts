@@ -1,6 +1,6 @@
 import { stringify } from 'yaml';
 import { AddressSet, EgressguardError, type Family } from '../../core/index.js';
-import { carries, type HostIR, type HostPodClassIR } from '../../ir/index.js';
+import { carries, type ClusterIR, type HostIR, type HostPodClassIR } from '../../ir/index.js';
 import type { Artifact, CompileOptions, Compiler } from '../backend.js';
 import { nftablesBackend } from '../nftables/index.js';
 import {
@@ -24,7 +24,12 @@ import {
   parseCiliumVersion,
   supportsIpv6EgressGateway,
 } from './cilium-version.js';
-import { computePodVerdicts, type L4Piece, type VerdictGroup } from './pod-verdicts.js';
+import {
+  computePodVerdicts,
+  type IdentityVerdict,
+  type L4Piece,
+  type VerdictGroup,
+} from './pod-verdicts.js';
 import { validateManifests } from './validate-manifests.js';
 
 /** The manifests artifact; the gateway node's own nftables artifacts are prefixed with this. */
@@ -65,17 +70,32 @@ export function createCiliumCompiler(): Compiler {
           { hint: 'select pods with a class\'s "pods" field, or compile for the host\'s firewall' },
         );
       }
+      const cluster = ir.cluster;
+      if (cluster === null) {
+        // language.rst, "IP/CIDR based": CIDR rules never match pods or nodes, so without
+        // knowing where they are the class's rules cannot be written for them.
+        throw new EgressguardError(
+          'unsupported',
+          `Cannot compile policy "${ir.name}" for Cilium: the gateway node's facts do not say where the cluster's pods, services and nodes are, and Cilium judges those by identity, never by address`,
+          {
+            hint: 'add "cluster": { "podCidrs": [...], "serviceCidrs": [...], "nodeAddresses": [...] } to the gateway node\'s facts (k3s: 10.42.0.0/16, 10.43.0.0/16 and `kubectl get nodes -o wide`)',
+          },
+        );
+      }
       const stamp = options.stamp ?? '';
-      const manifests = ir.podClasses.flatMap((cls) => compileClass(ir, cls, { version, stamp }));
+      const manifests = ir.podClasses.flatMap((cls) =>
+        compileClass(ir, cls, { version, stamp, cluster }),
+      );
       assertValidManifests(manifests, version);
       const artifacts: Artifact[] = [
         { name: MANIFESTS_ARTIFACT, content: renderManifests(ir, manifests, version) },
       ];
       if (ir.classes.length > 0) {
+        const header = nodeHeader(ir);
         for (const a of nftablesBackend.createCompiler().compile(ir, options)) {
           artifacts.push({
             name: `${NODE_ARTIFACT_PREFIX}${a.name}`,
-            content: a.name.endsWith('.nft') ? `${NODE_HEADER}${a.content}` : a.content,
+            content: a.name.endsWith('.nft') ? `${header}${a.content}` : a.content,
           });
         }
       }
@@ -84,9 +104,21 @@ export function createCiliumCompiler(): Compiler {
   };
 }
 
-const NODE_HEADER = `# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.
+function nodeHeader(ir: HostIR): string {
+  const generated = ir.classes.flatMap((c) =>
+    c.gatewayFor === null || c.selector.kind !== 'host' || c.via.kind !== 'tunnel'
+      ? []
+      : [
+          `# Class "${c.name}" is generated for the egress gateway of Kubernetes class "${c.gatewayFor}": traffic
+# from ${c.selector.sources.describe()} (${c.via.interface}'s address, Cilium's SNAT address) is routed into ${c.via.interface}, blackholed
+# when it is down; its kill switch here covers what the node itself sends from that address.
+`,
+        ],
+  );
+  return `# The gateway node's own nftables table: node-originated traffic and the node's tunnel only.
 # It never sees pod traffic, which Cilium's eBPF host routing redirects past netfilter.
-`;
+${generated.join('')}`;
+}
 
 /**
  * Refuses manifests that fail the pinned schemas or the semantic checks (interface with egressIP,
@@ -115,7 +147,7 @@ export function egressGatewayPolicyName(
 function compileClass(
   ir: HostIR,
   cls: HostPodClassIR,
-  context: { version: string; stamp: string },
+  context: { version: string; stamp: string; cluster: ClusterIR },
 ): CiliumManifest[] {
   const name = egressGatewayPolicyName(ir, cls);
   const metadata: ObjectMeta = {
@@ -129,9 +161,9 @@ function compileClass(
   };
   const out: CiliumManifest[] = [];
   if (cls.via.kind === 'tunnel') {
-    out.push(egressGatewayPolicy(ir, cls, metadata, context.version));
+    out.push(egressGatewayPolicy(ir, cls, metadata, context));
   }
-  out.push(networkPolicy(cls, metadata));
+  out.push(networkPolicy(cls, metadata, context.cluster));
   return out;
 }
 
@@ -146,8 +178,9 @@ function egressGatewayPolicy(
   ir: HostIR,
   cls: HostPodClassIR,
   metadata: ObjectMeta,
-  version: string,
+  context: { version: string; cluster: ClusterIR },
 ): CiliumEgressGatewayPolicy {
+  const { version, cluster } = context;
   const via = cls.via;
   if (via.kind !== 'tunnel') throw new Error('egressGatewayPolicy: not a tunnel class');
   const killSwitch = cls.killSwitch;
@@ -168,12 +201,13 @@ function egressGatewayPolicy(
   ) {
     // NOTES, "interface selects the SNAT address, not the egress device": the gateway routes by
     // `ip route get <dst> from <egress IP>`, so without a rule for the tunnel's address the
-    // steered packets leave by the default route, source-NATed to the tunnel address.
+    // steered packets leave by the default route, source-NATed to the tunnel address. Binding
+    // derives that routing from the tunnel's address in the facts (class "<name>.gateway").
     throw new EgressguardError(
       'unsupported',
-      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node has no policy routing for tunnel "${via.interface}" (Cilium's \`interface\` picks the SNAT address; the node's routing picks the device, so its packets would leave by the uplink)`,
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node's facts give tunnel "${via.interface}" no address, so no policy routing can be generated for Cilium's SNAT address (\`interface\` picks the address; the node's routing picks the device, so its packets would leave by the uplink)`,
       {
-        hint: `add a host class for the gateway node: origin: host, sources: [the address of ${via.interface}], via: ${via.interface}, with a kill switch`,
+        hint: `compile with the facts of the gateway node while ${via.interface} is up (\`egressguard facts --json\` there), or give the policy a host class with the tunnel's address as its source, via: ${via.interface}`,
       },
     );
   }
@@ -193,8 +227,11 @@ function egressGatewayPolicy(
   }
   const all: Readonly<Record<Family, string>> = { 4: '0.0.0.0/0', 6: '::/0' };
   // Exclusions of the families steered only: always inside destinationCIDRs (schema: "Should be
-  // a subset of destinationCIDRs otherwise it will not have any effect").
-  const excluded = families.flatMap((f) => killSwitch.except.toCidrs(f));
+  // a subset of destinationCIDRs otherwise it will not have any effect"). The cluster's own
+  // addresses too: Cilium never steers a pod or a node (EGW doc, "Selecting the destination"),
+  // and an address of the pod or service CIDR that no pod or service holds is not steered either.
+  const exempt = killSwitch.except.union(cluster.pods).union(cluster.services).union(cluster.nodes);
+  const excluded = families.flatMap((f) => exempt.toCidrs(f));
   // `interface`, never `egressIP` with it: Cilium ignores a policy with both (EGW doc, warning).
   return {
     apiVersion: CILIUM_API_VERSION,
@@ -212,22 +249,40 @@ function egressGatewayPolicy(
   };
 }
 
-function networkPolicy(cls: HostPodClassIR, metadata: ObjectMeta): CiliumNetworkPolicyManifest {
+function networkPolicy(
+  cls: HostPodClassIR,
+  metadata: ObjectMeta,
+  cluster: ClusterIR,
+): CiliumNetworkPolicyManifest {
   const endpointSelector: LabelSelector = { matchLabels: { ...cls.selector.labels } };
   const describe = (what: string): string => `egressguard class "${cls.name}": ${what}`;
+  const verdicts = computePodVerdicts(cls, cluster);
   const specs: NetworkPolicyRule[] = [
     {
       description: describe(
-        "pods and nodes are matched by identity, never by CIDR, so the rules judge destinations outside the cluster; in-cluster traffic is allowed here and left to the cluster's own policies",
+        'default deny made explicit: what no rule below allows is dropped (the "none" entity selects nothing)',
       ),
       endpointSelector,
-      // Default deny made explicit: what no rule below allows is dropped.
       enableDefaultDeny: { egress: true },
-      egress: [{ toEntities: ['cluster'] }],
+      egress: [{ toEntities: ['none'] }],
     },
   ];
-  for (const group of sortGroups(computePodVerdicts(cls))) {
-    const rule = groupRule(group);
+  // In-cluster destinations by identity: Cilium's CIDR rules never match pods or nodes.
+  for (const identity of verdicts.identities) {
+    const rule = l3l4Rule({ ...IDENTITY_PEERS[identity.part] }, identity, identity.families);
+    if (rule === undefined) continue;
+    specs.push({
+      description: describe(
+        `${identity.part === 'pods' ? 'the pods (and the services in front of them)' : 'the nodes'} of the cluster: ${identity.decidedBy.join(', ')}`,
+      ),
+      endpointSelector,
+      enableDefaultDeny: { egress: true },
+      ...rule,
+    });
+  }
+  for (const group of sortGroups(verdicts.cidrGroups)) {
+    const families = ([4, 6] as const).filter((f) => group.addresses.has(f));
+    const rule = l3l4Rule({ toCIDRSet: cidrRules(group.addresses) }, group, families);
     if (rule === undefined) continue;
     specs.push({
       description: describe(group.decidedBy.join(', ')),
@@ -247,6 +302,17 @@ function networkPolicy(cls: HostPodClassIR, metadata: ObjectMeta): CiliumNetwork
       };
 }
 
+// Every pod of every namespace: a selector on the namespace label, which only pods carry, also
+// reaches past a namespaced policy's own namespace (layer3.rst, "Egress Allow All Endpoints";
+// utils.go getEndpointSelector). Nodes: the host and remote-node entities (layer3.rst,
+// "Entities based").
+const IDENTITY_PEERS: Readonly<Record<IdentityVerdict['part'], EgressPeerRule>> = {
+  pods: {
+    toEndpoints: [{ matchExpressions: [{ key: NAMESPACE_LABEL, operator: 'Exists' }] }],
+  },
+  nodes: { toEntities: ['host', 'remote-node'] },
+};
+
 function sortGroups(groups: readonly VerdictGroup[]): VerdictGroup[] {
   const key = (g: VerdictGroup): string =>
     [...g.addresses.toCidrs(4), ...g.addresses.toCidrs(6)][0] ?? '';
@@ -256,23 +322,24 @@ function sortGroups(groups: readonly VerdictGroup[]): VerdictGroup[] {
 }
 
 /**
- * A group in the form Cilium can express: nothing allowed → nothing (default deny); everything →
- * an L3 allow; no unnameable protocol allowed → an allow listing ports and ICMP; otherwise an L3
- * allow and a deny of the ports and ICMP that are not allowed (deny beats allow).
+ * A verdict in the form Cilium can express, for one peer (CIDRs or an identity): nothing allowed
+ * → nothing (default deny); everything → an L3 allow; no unnameable protocol allowed → an allow
+ * listing ports and ICMP; otherwise an L3 allow and a deny of the ports and ICMP that are not
+ * allowed (deny beats allow).
  */
-function groupRule(
-  group: VerdictGroup,
+function l3l4Rule(
+  peer: EgressPeerRule,
+  verdict: Pick<VerdictGroup, 'allowed' | 'denied'>,
+  families: readonly Family[],
 ): Pick<NetworkPolicyRule, 'egress' | 'egressDeny'> | undefined {
-  if (group.allowed.length === 0) return undefined;
-  const cidrs = cidrRules(group.addresses);
-  const families = ([4, 6] as const).filter((f) => group.addresses.has(f));
-  if (group.denied.length === 0) return { egress: [{ toCIDRSet: cidrs }] };
-  if (!group.allowed.some((p) => p.kind === 'other')) {
-    return { egress: [{ toCIDRSet: cidrs, ...l4Fields(group.allowed, families) }] };
+  if (verdict.allowed.length === 0) return undefined;
+  if (verdict.denied.length === 0) return { egress: [peer] };
+  if (!verdict.allowed.some((p) => p.kind === 'other')) {
+    return { egress: [{ ...peer, ...l4Fields(verdict.allowed, families) }] };
   }
   return {
-    egress: [{ toCIDRSet: cidrs }],
-    egressDeny: [{ toCIDRSet: cidrs, ...l4Fields(group.denied, families) }],
+    egress: [peer],
+    egressDeny: [{ ...peer, ...l4Fields(verdict.denied, families) }],
   };
 }
 

@@ -713,3 +713,128 @@ describe('CiliumModel: egress gateway', () => {
     });
   });
 });
+
+describe('CiliumModel: in-cluster destinations and ClusterIP services', () => {
+  const DNS_POD: ModelPod = {
+    name: 'coredns',
+    namespace: 'kube-system',
+    labels: { 'k8s-app': 'kube-dns' },
+    ips: ['10.42.0.5'],
+    node: 'gw-1',
+  };
+  const services = [
+    {
+      name: 'kube-dns',
+      namespace: 'kube-system',
+      clusterIPs: ['10.43.0.10'],
+      ports: [{ protocol: 'udp' as const, port: 53, targetPort: 53 }],
+      backends: ['10.42.0.5'],
+    },
+    {
+      // The API server listens on the node: its service's backend is a node address.
+      name: 'kubernetes',
+      namespace: 'default',
+      clusterIPs: ['10.43.0.1'],
+      ports: [{ protocol: 'tcp' as const, port: 443, targetPort: 6443 }],
+      backends: ['192.168.1.10'],
+    },
+  ];
+  const withServices = (): CiliumModel =>
+    new CiliumModel(
+      cluster({
+        pods: [...PODS, DNS_POD],
+        namespaces: [...cluster().namespaces, { name: 'kube-system', labels: {} }],
+        services,
+      }),
+    );
+  // Every pod of every namespace, and the nodes, as egressguard's compiler writes them.
+  const ALL_PODS = {
+    matchExpressions: [{ key: 'io.kubernetes.pod.namespace', operator: 'Exists' as const }],
+  };
+
+  it('judges a ClusterIP as the backend pod, at its target port', () => {
+    const model = withServices();
+    model.apply(
+      cnp('vpn', 'apps', { endpointSelector: VPN, egress: [{ toEndpoints: [ALL_PODS] }] }),
+    );
+    const verdict = model.evaluate(packet('apps/vpn-a', '10.43.0.10', 'udp', 53));
+    expect(verdict.service).toEqual({
+      name: 'kube-system/kube-dns',
+      backend: '10.42.0.5',
+      port: 53,
+    });
+    expect(verdict.networkPolicy.allowed).toBe(true);
+    expect(verdict.egress).toEqual({ kind: 'in-cluster' });
+    // A CIDR rule naming the service CIDR does not match: the packet carries the pod's address.
+    const cidrOnly = withServices();
+    cidrOnly.apply(
+      cnp('vpn', 'apps', { endpointSelector: VPN, egress: [{ toCIDR: ['10.43.0.0/16'] }] }),
+    );
+    expect(
+      cidrOnly.evaluate(packet('apps/vpn-a', '10.43.0.10', 'udp', 53)).networkPolicy,
+    ).toMatchObject({
+      allowed: false,
+      reason: 'default-deny',
+    });
+  });
+
+  it('judges the kubernetes service as the node behind it, not as a pod', () => {
+    const model = withServices();
+    model.apply(
+      cnp('vpn', 'apps', { endpointSelector: VPN, egress: [{ toEndpoints: [ALL_PODS] }] }),
+    );
+    expect(allowed(model, packet('apps/vpn-a', '10.43.0.1', 'tcp', 443))).toBe(false);
+    model.apply(
+      cnp('nodes', 'apps', {
+        endpointSelector: VPN,
+        egress: [{ toEntities: ['host', 'remote-node'] }],
+      }),
+    );
+    const verdict = model.evaluate(packet('apps/vpn-a', '10.43.0.1', 'tcp', 443));
+    expect(verdict.service).toEqual({
+      name: 'default/kubernetes',
+      backend: '192.168.1.10',
+      port: 6443,
+    });
+    expect(verdict.networkPolicy.allowed).toBe(true);
+    // The port policy sees is the target port: a rule on 443 does not allow it.
+    const ported = withServices();
+    ported.apply(
+      cnp('nodes', 'apps', {
+        endpointSelector: VPN,
+        egress: [
+          {
+            toEntities: ['remote-node'],
+            toPorts: [{ ports: [{ port: '443', protocol: 'TCP' }] }],
+          },
+        ],
+      }),
+    );
+    expect(allowed(ported, packet('apps/vpn-a', '10.43.0.1', 'tcp', 443))).toBe(false);
+  });
+
+  it('selects pods of every namespace with the namespace label, even from a namespaced policy', () => {
+    const model = withServices();
+    model.apply(
+      cnp('vpn', 'apps', { endpointSelector: VPN, egress: [{ toEndpoints: [ALL_PODS] }] }),
+    );
+    expect(allowed(model, packet('apps/vpn-a', '10.42.0.5', 'udp', 53))).toBe(true);
+    expect(allowed(model, packet('apps/vpn-a', '10.42.1.7'))).toBe(true);
+    // An empty selector in a namespaced policy stays in its namespace (layer3.rst).
+    const narrow = withServices();
+    narrow.apply(cnp('vpn', 'apps', { endpointSelector: VPN, egress: [{ toEndpoints: [{}] }] }));
+    expect(allowed(narrow, packet('apps/vpn-a', '10.42.1.6'))).toBe(true);
+    expect(allowed(narrow, packet('apps/vpn-a', '10.42.0.5', 'udp', 53))).toBe(false);
+    // Nodes are not endpoints, and a CIDR allow of the world does not reach them.
+    expect(allowed(model, packet('apps/vpn-a', '192.168.1.10'))).toBe(false);
+    model.apply(
+      cnp('world', 'apps', { endpointSelector: VPN, egress: [{ toCIDR: ['0.0.0.0/0'] }] }),
+    );
+    expect(allowed(model, packet('apps/vpn-a', '192.168.1.10'))).toBe(false);
+  });
+
+  it('refuses a ClusterIP on a port the service does not serve rather than guess', () => {
+    const model = withServices();
+    expect(() => model.evaluate(packet('apps/vpn-a', '10.43.0.10', 'tcp', 80))).toThrow(ModelError);
+  });
+});

@@ -42,7 +42,9 @@ import {
  * Documentation/security/policy/; "utils.go" is pkg/k8s/apis/cilium.io/utils/utils.go; "policy.go"
  * is pkg/egressgateway/policy.go; "CNP schema" is schema/cilium/ciliumnetworkpolicy_v2.json.
  *
- * What it does not model (an input that uses it is refused with a ModelError): toFQDNs,
+ * A packet to a ClusterIP is judged as the packet to its backend (kube-proxy replacement
+ * translates it first; ModelService). What it does not model (an input that uses it is refused
+ * with a ModelError): a ClusterIP on a port it does not serve, toFQDNs,
  * toServices, toNodes, toGroups, toRequires, cidrGroupRef/cidrGroupSelector, named ports and
  * port "0", L7 rules, the entities kube-apiserver/ingress/init/health/unmanaged, egressGateways[]
  * (several gateways), Cluster Mesh.
@@ -82,10 +84,31 @@ export interface ModelPod {
   readonly egressGatewayPending?: boolean;
 }
 
+/**
+ * A ClusterIP service. With kube-proxy replacement (which the egress gateway requires) Cilium
+ * translates a ClusterIP to one backend "as early as possible (even on the socket level if
+ * SockLB is enabled). Therefore, the actual traffic on the wire will always contain the podIP"
+ * (cilium/cilium#21251, maintainer gandro): network policy and the egress gateway see the
+ * backend, never the ClusterIP.
+ */
+export interface ModelService {
+  readonly name: string;
+  readonly namespace: string;
+  readonly clusterIPs: readonly string[];
+  readonly ports: readonly {
+    readonly protocol: 'tcp' | 'udp' | 'sctp';
+    readonly port: number;
+    readonly targetPort: number;
+  }[];
+  /** The backends' addresses (its EndpointSlices): pods, or a node for the kubernetes service. */
+  readonly backends: readonly string[];
+}
+
 export interface ModelCluster {
   readonly nodes: readonly ModelNode[];
   readonly namespaces: readonly ModelNamespace[];
   readonly pods: readonly ModelPod[];
+  readonly services?: readonly ModelService[];
 }
 
 export type ModelProtocol = 'tcp' | 'udp' | 'sctp' | 'icmp';
@@ -160,6 +183,8 @@ export type EgressOutcome =
     };
 
 export interface ModelVerdict {
+  /** The backend a ClusterIP was translated to, before policy; absent for other destinations. */
+  readonly service?: { readonly name: string; readonly backend: string; readonly port: number };
   readonly networkPolicy: NetworkPolicyVerdict;
   readonly egress: EgressOutcome;
   /** Egress gateway policies Cilium ignores (both interface and egressIP, or no source selector). */
@@ -258,6 +283,7 @@ export class CiliumModel {
   private nodes = new Map<string, ModelNode>();
   private namespaces = new Map<string, ModelNamespace>();
   private pods: ModelPod[] = [];
+  private services: ModelService[] = [];
   private readonly networkPolicies = new Map<string, CiliumNetworkPolicyManifest>();
   private readonly egressPolicies = new Map<string, CiliumEgressGatewayPolicy>();
   private readonly gatewayConfigs = new Map<string, GatewayConfig | null>();
@@ -270,6 +296,7 @@ export class CiliumModel {
     for (const node of cluster.nodes) this.nodes.set(node.name, node);
     for (const namespace of cluster.namespaces) this.namespaces.set(namespace.name, namespace);
     this.pods = [...cluster.pods];
+    this.services = [...(cluster.services ?? [])];
   }
 
   /**
@@ -343,17 +370,57 @@ export class CiliumModel {
     if (pod === undefined) {
       throw new ModelError(`No pod ${packet.from.namespace}/${packet.from.name} in the model`);
     }
-    const dst = parseAddress(packet.to);
+    const translated = this.translateService(packet);
+    const sent = translated?.packet ?? packet;
+    const dst = parseAddress(sent.to);
     if (dst === undefined) throw new ModelError(`Cannot model a packet to "${packet.to}"`);
     const ignored = [...this.egressPolicies.values()]
       .filter((p) => ignoredBecause(p) !== undefined)
       .map((p) => p.metadata.name)
       .sort();
-    const networkPolicy = this.evaluateNetworkPolicy(pod, dst, packet);
+    const networkPolicy = this.evaluateNetworkPolicy(pod, dst, sent);
     const egress = networkPolicy.allowed
       ? this.evaluateEgress(pod, dst)
       : ({ kind: 'denied-by-network-policy' } as const);
-    return { networkPolicy, egress, ignoredEgressGatewayPolicies: ignored };
+    return {
+      ...(translated === undefined ? {} : { service: translated.service }),
+      networkPolicy,
+      egress,
+      ignoredEgressGatewayPolicies: ignored,
+    };
+  }
+
+  /**
+   * A packet to a ClusterIP, as policy sees it: to the first backend at the target port. Which
+   * backend the load balancer picks is not the model's to say; the first keeps answers stable,
+   * and tests give a service backends that policy judges alike (or one backend).
+   */
+  private translateService(
+    packet: ModelPacket,
+  ): { packet: ModelPacket; service: NonNullable<ModelVerdict['service']> } | undefined {
+    const dst = parseAddress(packet.to);
+    if (dst === undefined) return undefined;
+    const service = this.services.find((s) => s.clusterIPs.some((ip) => sameAddress(ip, dst)));
+    if (service === undefined) return undefined;
+    const id = `${service.namespace}/${service.name}`;
+    const port = service.ports.find(
+      (p) => p.protocol === packet.protocol && p.port === packet.port,
+    );
+    if (port === undefined) {
+      throw new ModelError(
+        `The model does not implement a packet to ClusterIP ${packet.to} of service ${id} on a port it does not serve (${packet.protocol}/${String(packet.port)})`,
+      );
+    }
+    const backend = service.backends.find((b) => parseAddress(b)?.family === dst.family);
+    if (backend === undefined) {
+      throw new ModelError(
+        `The model does not implement service ${id} without IPv${dst.family} backends`,
+      );
+    }
+    return {
+      packet: { ...packet, to: backend, port: port.targetPort },
+      service: { name: id, backend, port: port.targetPort },
+    };
   }
 
   // --- network policy --------------------------------------------------------------------------

@@ -103,6 +103,7 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'ok',
       'ok',
       'ok',
+      'ok',
       'BPF (when the kernel allows)',
       'ok',
     ]);
@@ -119,6 +120,7 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
         'enable-ipv4-egress-gateway': 'false',
         'kube-proxy-replacement': 'false',
         'identity-allocation-mode': 'kvstore',
+        'enable-policy': 'never',
         'cluster-id': '3',
         'enable-cilium-endpoint-slice': 'true',
       },
@@ -129,6 +131,7 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'bpf-masquerade-disabled',
       'kube-proxy-replacement-disabled',
       'identity-allocation-not-crd',
+      'policy-enforcement-never',
       'cluster-mesh-in-use',
       'endpoint-slice-enabled',
       'cilium-version-unsupported',
@@ -162,11 +165,12 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'must-bpf-masquerade',
       'must-kube-proxy-replacement',
       'must-identity-allocation-crd',
+      'must-network-policy',
       'must-no-cluster-mesh',
       'must-no-endpoint-slice',
       'must-cilium-version',
       'pod-traffic-bypasses-node-nftables',
     ]);
-    expect(report.summary).toEqual({ errors: 0, warnings: 0, infos: 8 });
+    expect(report.summary).toEqual({ errors: 0, warnings: 0, infos: 9 });
   });
 });

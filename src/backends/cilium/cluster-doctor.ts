@@ -11,8 +11,8 @@ import {
  * the cluster says about each (`doctor --k8s`). Requirements from the EGW doc ("Preliminary
  * Considerations", "Incompatibility with other features"; ../shared/reference/cilium/NOTES.md):
  * egress gateway enabled, BPF masquerading, kube-proxy replacement, identity allocation mode
- * `crd`, no Cluster Mesh and no CiliumEndpointSlice; and a Cilium release the pinned schemas
- * cover. Keys are those of the `cilium-config` ConfigMap the Helm chart writes.
+ * `crd`, no Cluster Mesh and no CiliumEndpointSlice; network policy enforced (the class's rules
+ * are network policy); and a Cilium release the pinned schemas cover. Keys are those of the `cilium-config` ConfigMap the Helm chart writes.
  */
 export interface ClusterSnapshot {
   /** The cilium-config ConfigMap's data, or why it could not be read. */
@@ -82,6 +82,18 @@ const CHECKS: readonly Check[] = [
     judge: (config) => ({
       ok: config['identity-allocation-mode'] === 'crd',
       seen: show('identity-allocation-mode', config['identity-allocation-mode']),
+    }),
+  },
+  {
+    code: 'policy-enforcement-never',
+    item: 'network-policy',
+    requirement: 'network policy is enforced (the class rules and default deny are network policy)',
+    fix: 'Helm: --set policyEnforcementMode=default',
+    // intro.rst, "Policy Enforcement Modes": with "never", "policy enforcement is disabled on all
+    // endpoints, even if rules do select specific endpoints".
+    judge: (config) => ({
+      ok: config['enable-policy'] !== 'never',
+      seen: show('enable-policy', config['enable-policy']),
     }),
   },
   {

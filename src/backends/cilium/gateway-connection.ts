@@ -39,6 +39,10 @@ export function createGatewayConnection(input: {
   const tunnelUp = new Gauge(configOf('tunnelUp'));
   const reapplied = new Counter(configOf('policyReapplied'));
   const lastChange = new Gauge(configOf('lastChange'));
+  // From the start, at 0: the alert on a label that came back without a re-apply compares it with
+  // the last change, and needs the series to exist before the first re-apply does.
+  const lastReapplied = new Gauge(configOf('lastReapplied'));
+  lastReapplied.set({ node }, 0);
   // Duties converged at least once, and those whose policies still need re-applying: the first
   // pass that finds the tunnel up re-applies too (the policy may have been selected while this
   // resident was not running), and a re-apply that failed is tried again at the next pass.
@@ -57,6 +61,7 @@ export function createGatewayConnection(input: {
       await client.annotateEgressGatewayPolicy(policy.name, { [REAPPLIED_ANNOTATION]: stamp });
       reapplied.inc({ node, policy: policy.name });
     }
+    lastReapplied.set({ node }, now().getTime() / 1000);
     return policies.map((p) => p.name);
   };
 

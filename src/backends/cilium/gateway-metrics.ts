@@ -1,7 +1,9 @@
 /**
  * The Prometheus metrics the gateway resident (`egressguard run … --k8s` on the gateway node)
- * exports. The alert rules in deploy/prometheus/cilium-gateway.rules.yml use exactly these names
- * and labels; test/promtool checks that they agree.
+ * exports. The alert rules in deploy/prometheus/cilium-gateway.rules.yml use these names and
+ * labels (the re-apply counter is for dashboards: a counter's series appears only at its first
+ * increment, so an alert on it cannot see a re-apply that never happened); test/promtool checks
+ * that they agree.
  */
 export const GATEWAY_METRICS = {
   labelPresent: {
@@ -21,6 +23,12 @@ export const GATEWAY_METRICS = {
     type: 'counter',
     help: 'Times the egress gateway policy was re-applied so Cilium selects the egress IP afresh',
     labels: ['node', 'policy'],
+  },
+  lastReapplied: {
+    name: 'egressguard_egress_policy_reapplied_timestamp_seconds',
+    type: 'gauge',
+    help: 'Unix time the egress gateway policies were last re-applied; 0 until the first time',
+    labels: ['node'],
   },
   lastChange: {
     name: 'egressguard_gateway_last_change_timestamp_seconds',

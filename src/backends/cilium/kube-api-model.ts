@@ -107,6 +107,8 @@ export interface KubeApiModel {
   /** Base URL, e.g. https://127.0.0.1:40123. */
   readonly url: string;
   readonly requests: readonly RecordedRequest[];
+  /** The TCP connections clients have opened so far. */
+  readonly connections: number;
   node(name: string): JsonValue | undefined;
   egressGatewayPolicy(name: string): JsonValue | undefined;
   /** A label change made by someone else (an operator, another controller): bumps resourceVersion. */
@@ -745,6 +747,12 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
     })();
   });
 
+  // Connections clients opened (TCP, TLS included): a client that keeps them alive opens few.
+  let connections = 0;
+  server.on('connection', () => {
+    connections++;
+  });
+
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
@@ -757,6 +765,9 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
   return {
     url: base,
     requests,
+    get connections() {
+      return connections;
+    },
     node: (name) => stores.nodes.get(name),
     egressGatewayPolicy: (name) => stores.ciliumegressgatewaypolicies.get(name),
     setNodeLabels(name, labels) {

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { Agent as HttpsAgent } from 'node:https';
 import { createRequire } from 'node:module';
 import type * as K8s from '@kubernetes/client-node';
 import { EgressguardError } from '../../core/index.js';
@@ -60,6 +61,9 @@ export interface KubeCredentials {
 }
 
 type ClientModule = typeof K8s;
+type PromiseMiddleware = NonNullable<
+  NonNullable<Parameters<typeof K8s.createConfiguration>[0]>['promiseMiddleware']
+>[number];
 
 let loaded: ClientModule | undefined;
 
@@ -106,9 +110,15 @@ export function createKubeClient(credentials: KubeCredentials): KubeClient {
       { hint: 'set current-context in the kubeconfig to a context whose cluster has a server' },
     );
   }
-  const core = config.makeApiClient(k8s.CoreV1Api);
-  const apps = config.makeApiClient(k8s.AppsV1Api);
-  const custom = config.makeApiClient(k8s.CustomObjectsApi);
+  // makeApiClient's configuration, plus one middleware: connections kept alive.
+  const configuration = k8s.createConfiguration({
+    baseServer: new k8s.ServerConfiguration(server, {}),
+    authMethods: { default: config },
+    promiseMiddleware: [keepAlive()],
+  });
+  const core = new k8s.CoreV1Api(configuration);
+  const apps = new k8s.AppsV1Api(configuration);
+  const custom = new k8s.CustomObjectsApi(configuration);
   const merge = k8s.setHeaderOptions('Content-Type', k8s.PatchStrategy.MergePatch);
 
   const call = <T>(what: string, request: () => Promise<T>): Promise<T> =>
@@ -152,6 +162,46 @@ export function createKubeClient(credentials: KubeCredentials): KubeClient {
       return (set.spec?.template.spec?.containers ?? []).flatMap((c) =>
         c.image === undefined ? [] : [c.image],
       );
+    },
+  };
+}
+
+/**
+ * Reuses connections. The library gives every request a new agent (config.js,
+ * applySecurityAuthentication → createAgent), so every call paid a TCP and TLS handshake: on the
+ * kill switch's path, the label PATCH after a tunnel went down. This swaps that agent for a
+ * keep-alive one with the same TLS options (one per set of options, so rotated credentials get
+ * their own); proxy agents are left alone. Idle sockets are unref'd by Node's agent, so they never
+ * hold a command's exit.
+ */
+function keepAlive(): PromiseMiddleware {
+  const agents = new Map<string, HttpsAgent>();
+  return {
+    pre(context) {
+      const fresh = context.getAgent();
+      if (fresh instanceof HttpsAgent && fresh.constructor === HttpsAgent) {
+        const options = fresh.options;
+        // Buffers serialise as their bytes, strings as themselves: equal options, equal keys.
+        const key = JSON.stringify([
+          options.ca,
+          options.cert,
+          options.key,
+          options.pfx,
+          options.passphrase,
+          options.servername,
+          options.rejectUnauthorized,
+        ]);
+        let agent = agents.get(key);
+        if (agent === undefined) {
+          agent = new HttpsAgent({ ...options, keepAlive: true, maxSockets: 4 });
+          agents.set(key, agent);
+        }
+        context.setAgent(agent);
+      }
+      return Promise.resolve(context);
+    },
+    post(context) {
+      return Promise.resolve(context);
     },
   };
 }

@@ -1,5 +1,5 @@
 import { AddressSet, AddressSetBuilder, EgressguardError, type Family } from '../../core/index.js';
-import { carries, type HostPodClassIR, type RuleIR } from '../../ir/index.js';
+import { carries, type ClusterIR, type HostPodClassIR, type RuleIR } from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
 
 /**
@@ -136,12 +136,45 @@ function pieceKey(piece: L4Piece): string {
   return piece.kind === 'ports' ? `${piece.protocol}:${piece.from}-${piece.to}` : piece.kind;
 }
 
+/** What the class's rules decide for one part of the cluster, which Cilium names by identity. */
+export interface IdentityVerdict {
+  /** `pods`: every pod of the cluster (toEndpoints); `nodes`: the host and remote-node entities. */
+  readonly part: 'pods' | 'nodes';
+  readonly families: readonly Family[];
+  readonly allowed: readonly L4Piece[];
+  readonly denied: readonly L4Piece[];
+  readonly decidedBy: readonly string[];
+}
+
+export interface PodVerdicts {
+  /** Destinations by address (toCIDRSet): what Cilium cannot map to an identity. */
+  readonly cidrGroups: readonly VerdictGroup[];
+  /** In-cluster destinations by identity; empty when the facts name no cluster. */
+  readonly identities: readonly IdentityVerdict[];
+}
+
+interface PieceVerdict {
+  readonly allowed: L4Piece[];
+  readonly denied: L4Piece[];
+  readonly decidedBy: Set<string>;
+}
+
+const PART_WORDS: Readonly<Record<keyof Omit<ClusterIR, 'kind'>, string>> = {
+  pods: 'pod addresses',
+  services: 'service addresses',
+  nodes: 'node addresses',
+};
+
 /**
- * The class's network policy as groups of destinations with their allowed L4 pieces: what the
+ * The class's network policy: groups of destinations with their allowed L4 pieces, as the
  * first-match rules (and, for a tunnel that carries no IPv6 on the gateway node, the kill switch)
- * decide. Throws an `unsupported` error for a rule Cilium cannot express.
+ * decide; and, when the facts name the cluster, the verdict on its pods and nodes, which Cilium
+ * matches by identity. In-cluster destinations are never steered, so the kill switch never
+ * decides them. Throws an `unsupported` error for a rule Cilium cannot express, and when the
+ * rules judge part of the pods (or of the nodes) differently from the rest, or the services
+ * differently from the pods behind them.
  */
-export function computePodVerdicts(cls: HostPodClassIR): VerdictGroup[] {
+export function computePodVerdicts(cls: HostPodClassIR, cluster: ClusterIR | null): PodVerdicts {
   checkExpressible(cls);
   const l4 = portPieces(cls);
   const sets = cls.rules.flatMap((r) =>
@@ -149,6 +182,37 @@ export function computePodVerdicts(cls: HostPodClassIR): VerdictGroup[] {
   );
   const killSwitch = cls.killSwitch;
   if (killSwitch !== null) sets.push(killSwitch.except);
+  const inCluster =
+    cluster === null ? AddressSet.EMPTY : cluster.pods.union(cluster.services).union(cluster.nodes);
+  if (cluster !== null) sets.push(cluster.pods, cluster.services, cluster.nodes);
+  const verdictAt = (family: Family, start: number | bigint): PieceVerdict => {
+    // Without the tunnel carrying this family, the kill switch denies it outside its exceptions.
+    const killed =
+      cls.via.kind === 'tunnel' &&
+      killSwitch !== null &&
+      !carries(cls.via, family) &&
+      !killSwitch.except.contains(family, start) &&
+      !inCluster.contains(family, start);
+    const allowed: L4Piece[] = [];
+    const denied: L4Piece[] = [];
+    const decidedBy = new Set<string>();
+    for (const piece of l4) {
+      let id: string;
+      let action: 'allow' | 'deny';
+      if (killed) {
+        id = killSwitch.id;
+        action = 'deny';
+      } else {
+        const rule = cls.rules.find((r) => matchesPiece(r, family, start, piece));
+        id = rule?.id ?? cls.defaultRule.id;
+        action =
+          rule === undefined ? cls.defaultRule.action : rule.action === 'deny' ? 'deny' : 'allow';
+      }
+      decidedBy.add(id);
+      (action === 'allow' ? allowed : denied).push(piece);
+    }
+    return { allowed, denied, decidedBy };
+  };
   const groups = new Map<
     string,
     {
@@ -158,28 +222,12 @@ export function computePodVerdicts(cls: HostPodClassIR): VerdictGroup[] {
       decidedBy: Set<string>;
     }
   >();
+  // Per part of the cluster: its verdicts (by allowed pieces), the pieces of each, their families.
+  const parts = new Map<keyof Omit<ClusterIR, 'kind'>, Map<string, PartPieces>>();
   for (const family of [4, 6] as const) {
-    // Without the tunnel carrying this family, the kill switch denies it outside its exceptions.
-    const killed = cls.via.kind === 'tunnel' && killSwitch !== null && !carries(cls.via, family);
     for (const [start, end] of addressPieces(sets, family)) {
-      const allowed: L4Piece[] = [];
-      const denied: L4Piece[] = [];
-      const decidedBy = new Set<string>();
-      for (const piece of l4) {
-        let id: string;
-        let action: 'allow' | 'deny';
-        if (killed && !killSwitch.except.contains(family, start)) {
-          id = killSwitch.id;
-          action = 'deny';
-        } else {
-          const rule = cls.rules.find((r) => matchesPiece(r, family, start, piece));
-          id = rule?.id ?? cls.defaultRule.id;
-          action =
-            rule === undefined ? cls.defaultRule.action : rule.action === 'deny' ? 'deny' : 'allow';
-        }
-        decidedBy.add(id);
-        (action === 'allow' ? allowed : denied).push(piece);
-      }
+      const verdict = verdictAt(family, start);
+      const { allowed, denied, decidedBy } = verdict;
       const key = `${allowed.map(pieceKey).join(',')}|${[...decidedBy].sort().join(',')}`;
       let group = groups.get(key);
       if (group === undefined) {
@@ -188,12 +236,107 @@ export function computePodVerdicts(cls: HostPodClassIR): VerdictGroup[] {
       }
       if (family === 4) group.addresses.addIpv4(start as number, end as number);
       else group.addresses.addIpv6(start as bigint, end as bigint);
+      if (cluster === null) continue;
+      for (const part of ['pods', 'services', 'nodes'] as const) {
+        if (!cluster[part].contains(family, start)) continue;
+        const byVerdict = parts.get(part) ?? new Map<string, PartPieces>();
+        parts.set(part, byVerdict);
+        const verdictKey = allowed.map(pieceKey).join(',');
+        const entry = byVerdict.get(verdictKey) ?? {
+          verdict,
+          addresses: new AddressSetBuilder(),
+          families: new Set<Family>(),
+          decidedBy: new Set<string>(),
+        };
+        byVerdict.set(verdictKey, entry);
+        entry.families.add(family);
+        for (const id of decidedBy) entry.decidedBy.add(id);
+        if (family === 4) entry.addresses.addIpv4(start as number, end as number);
+        else entry.addresses.addIpv6(start as bigint, end as bigint);
+      }
     }
   }
-  return [...groups.values()].map((g) => ({
+  const cidrGroups = [...groups.values()].map((g) => ({
     addresses: g.addresses.build(),
     allowed: g.allowed,
     denied: g.denied,
     decidedBy: [...g.decidedBy].sort(),
   }));
+  return { cidrGroups, identities: identityVerdicts(cls, parts) };
+}
+
+interface PartPieces {
+  readonly verdict: PieceVerdict;
+  readonly addresses: AddressSetBuilder;
+  readonly families: Set<Family>;
+  readonly decidedBy: Set<string>;
+}
+
+/** One verdict per part, or the error that says which rules split a part. */
+function identityVerdicts(
+  cls: HostPodClassIR,
+  parts: ReadonlyMap<keyof Omit<ClusterIR, 'kind'>, ReadonlyMap<string, PartPieces>>,
+): IdentityVerdict[] {
+  const one = (part: keyof Omit<ClusterIR, 'kind'>): PartPieces | undefined => {
+    const byVerdict = [...(parts.get(part)?.values() ?? [])];
+    if (byVerdict.length <= 1) return byVerdict[0];
+    const described = byVerdict
+      .map(
+        (p) =>
+          `${p.addresses.build().describe(2)} by ${[...p.decidedBy]
+            .sort()
+            .map((id) => `"${id}"`)
+            .join(', ')}`,
+      )
+      .join('; ');
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot compile Kubernetes class "${cls.name}" for Cilium: its rules judge the cluster's ${PART_WORDS[part]} in parts (${described}), and Cilium matches ${part === 'nodes' ? 'nodes as the host and remote-node entities' : 'pods by identity'}, never by address`,
+      {
+        hint: `let each rule name all of the cluster's ${PART_WORDS[part]} or none of them (the facts' "cluster" says where they are), or leave those destinations to the cluster's own network policies`,
+      },
+    );
+  };
+  const pods = one('pods');
+  const services = one('services');
+  const nodes = one('nodes');
+  if (pods !== undefined && services !== undefined) {
+    const key = (p: PartPieces): string => p.verdict.allowed.map(pieceKey).join(',');
+    if (key(pods) !== key(services)) {
+      throw new EgressguardError(
+        'unsupported',
+        `Cannot compile Kubernetes class "${cls.name}" for Cilium: its rules judge the service addresses (by ${[
+          ...services.decidedBy,
+        ]
+          .sort()
+          .map((id) => `"${id}"`)
+          .join(', ')}) differently from the pods (by ${[...pods.decidedBy]
+          .sort()
+          .map((id) => `"${id}"`)
+          .join(
+            ', ',
+          )}), and Cilium translates a ClusterIP to a pod behind it before policy and judges that pod`,
+        {
+          hint: 'give the service CIDR and the pod CIDR the same rules (one network with both, like k3s-vpn-egress\'s "cluster")',
+        },
+      );
+    }
+  }
+  const out: IdentityVerdict[] = [];
+  for (const [part, pieces] of [
+    ['pods', pods],
+    ['nodes', nodes],
+  ] as const) {
+    if (pieces === undefined) continue;
+    const decidedBy = new Set(pieces.decidedBy);
+    if (part === 'pods') for (const id of services?.decidedBy ?? []) decidedBy.add(id);
+    out.push({
+      part,
+      families: [...pieces.families].sort(),
+      allowed: pieces.verdict.allowed,
+      denied: pieces.verdict.denied,
+      decidedBy: [...decidedBy].sort(),
+    });
+  }
+  return out;
 }

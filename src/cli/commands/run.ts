@@ -94,6 +94,8 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         // at the time it runs, and a `once` listener that already ran counts as none.
         process.on('SIGINT', stop);
         process.on('SIGTERM', stop);
+        // The facts last bound: a tunnel deleted since is bound as it was (keepAbsentTunnels).
+        let bound = prepared.facts;
         const gateway =
           connected === undefined
             ? undefined
@@ -109,7 +111,12 @@ export function registerRun(program: Command, ctx: CommandContext): void {
             // that changed moves the hash, and the new generation is applied.
             ownHash: prepared.hash,
             refresh: async () => {
-              const fresh = await preparePolicy(target, { policy: file, facts: opts.facts });
+              const fresh = await preparePolicy(target, {
+                policy: file,
+                facts: opts.facts,
+                previous: bound,
+              });
+              bound = fresh.facts;
               return {
                 hash: fresh.hash,
                 apply: async () => {
