@@ -114,14 +114,14 @@ function bindClass(
 
 /**
  * The gateway node's part of a Kubernetes tunnel class, derived from the class and this host's
- * facts: Cilium's `interface` only picks the SNAT address (the tunnel's address); the node's own
- * routing picks the device ("ip route get <dst> from <egressIP>", EGW doc; cilium/cilium#40406).
+ * facts: the egress gateway's interface only picks the SNAT address (the tunnel's address); the
+ * node's own routing picks the device (docs/kubernetes.md, "The gateway node's part, generated").
  * So the tunnel's addresses form a host class that leaves by the tunnel, with the pod class's
  * kill switch and exceptions: its steering sends the SNATed pod traffic into the tunnel (with a
- * blackhole behind it), and its nftables kill switch covers what the node itself sends from those
- * addresses (the SNATed pod traffic bypasses netfilter). Derived only on a host that has the
- * tunnel with an address (the gateway node), and only when no class of the policy already routes
- * those addresses through the tunnel.
+ * blackhole behind it), and its host firewall's kill switch covers what the node itself sends
+ * from those addresses (the SNATed pod traffic bypasses the host firewall). Derived only on a
+ * host that has the tunnel with an address (the gateway node), and only when no class of the
+ * policy already routes those addresses through the tunnel.
  */
 function gatewayClasses(
   ir: PolicyIR,

@@ -167,14 +167,13 @@ export interface HostPodClassIR extends Omit<PodClassIR, 'via'> {
 
 /**
  * The Kubernetes cluster a gateway node belongs to, from its facts: the destinations the pod
- * network judges by identity, never by address. Cilium's CIDR rules do not match pods or nodes
- * (language.rst, "IP/CIDR based"), and a ClusterIP is translated to a backend before policy, so
- * it is the backend that is judged (cilium/cilium#21251). The egress gateway never steers them
- * (EGW doc, "Selecting the destination").
+ * network judges by identity, never by address. Its CIDR rules do not match pods or nodes, and a
+ * ClusterIP is translated to a backend before policy, so it is the backend that is judged; the
+ * egress gateway never steers them (docs/kubernetes.md, "What is verified here", with sources).
  */
 export interface ClusterIR {
   readonly kind: 'cluster';
-  /** The pod CIDRs, less the node addresses: Cilium endpoints (toEndpoints). */
+  /** The pod CIDRs, less the node addresses: the pod network's endpoints. */
   readonly pods: AddressSet;
   /** The service CIDRs: judged as the pods behind them. */
   readonly services: AddressSet;
