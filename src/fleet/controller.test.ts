@@ -161,6 +161,37 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     expect((await restarted.host('a')).silent).toBe(true);
   });
 
+  it('writes check-ins together, and never over a newer time another replica stored', async () => {
+    const { clock, controller, enroll, store } = await setUp();
+    await enroll(['a', 'b']);
+    const [a, b] = [(await controller.host('a')).id, (await controller.host('b')).id];
+    const stored = async (id: string) =>
+      (
+        await store.db
+          .selectFrom('hosts')
+          .select('last_checkin_at')
+          .where('id', '=', id)
+          .executeTakeFirstOrThrow()
+      ).last_checkin_at;
+    clock.advance(1_000);
+    await controller.checkIn(a);
+    clock.advance(1_000);
+    await controller.checkIn(b);
+    expect([await stored(a), await stored(b)]).toEqual([1_000_000, 1_000_000]); // enrollment
+    // Another replica saw "b" later and wrote it first.
+    await store.db
+      .updateTable('hosts')
+      .set({ last_checkin_at: 1_005_000 })
+      .where('id', '=', b)
+      .execute();
+    await controller.flushCheckins();
+    expect([await stored(a), await stored(b)]).toEqual([1_001_000, 1_005_000]);
+    // Views write what is held first: what they show is never older than the last check-in.
+    clock.advance(1_000);
+    await controller.checkIn(a);
+    expect((await controller.host('a')).lastCheckinAt).toBe(1_003_000);
+  });
+
   it('keeps only the newest events of each host, and every rollout event', async () => {
     const { controller, enroll } = await setUp({ eventsPerHost: 5 });
     await enroll(['a']);

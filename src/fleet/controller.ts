@@ -1,4 +1,4 @@
-import type { Insertable, Selectable, Transaction } from 'kysely';
+import { sql, type Insertable, type Selectable, type Transaction } from 'kysely';
 import { isEgressguardError } from '../core/index.js';
 import { parseHostFacts } from '../facts/index.js';
 import type { PolicyIssue } from '../policy/index.js';
@@ -135,6 +135,8 @@ export type PushResult =
   | { readonly ok: false; readonly issues: readonly PolicyIssue[] };
 
 const DEFAULT_POLL_MS = 30_000;
+/** Check-ins held in memory before one statement writes them (also written at every tick). */
+const CHECKIN_BATCH_MAX = 1000;
 
 /**
  * The fleet's control logic over one store. Every replica runs one; they share nothing but the
@@ -153,6 +155,8 @@ export class Controller {
   readonly #prepared = new Map<string, unknown>();
   readonly #bundles = new Map<string, HostBundle>();
   readonly #pendingEvents = new WeakMap<object, Insertable<EventTable>[]>();
+  /** Check-ins not yet written, by host: when each was last seen. */
+  readonly #checkins = new Map<string, number>();
 
   constructor(options: ControllerOptions) {
     this.#store = options.store;
@@ -478,18 +482,53 @@ export class Controller {
     };
   }
 
-  /** Records that the host's agent is alive. */
+  /**
+   * Records that the host's agent is alive. A long poll checks in every poll interval: 10,000
+   * hosts at 30 s are 333 writes a second, so check-ins are kept in memory and written together
+   * by `flushCheckins` (every tick, before every view, at close), one statement per batch.
+   */
   async checkIn(hostId: string): Promise<void> {
-    await this.#store.db
-      .updateTable('hosts')
-      .set({ last_checkin_at: this.#clock.now() })
-      .where('id', '=', hostId)
-      .execute();
+    this.#checkins.set(hostId, this.#clock.now());
+    if (this.#checkins.size >= CHECKIN_BATCH_MAX) await this.flushCheckins();
+  }
+
+  /** Writes the check-ins held in memory; a newer time already stored (a status report) stays. */
+  async flushCheckins(): Promise<void> {
+    if (this.#checkins.size === 0) return;
+    const batch = [...this.#checkins];
+    this.#checkins.clear();
+    try {
+      for (let i = 0; i < batch.length; i += 500) {
+        const chunk = batch.slice(i, i + 500);
+        const seen = sql<number>`case id ${sql.join(
+          chunk.map(([id, at]) => sql`when ${id} then cast(${at} as bigint)`),
+          sql` `,
+        )} end`;
+        await this.#store.db
+          .updateTable('hosts')
+          .set({ last_checkin_at: seen })
+          .where(
+            'id',
+            'in',
+            chunk.map(([id]) => id),
+          )
+          .where((eb) =>
+            eb.or([eb('last_checkin_at', 'is', null), eb('last_checkin_at', '<', seen)]),
+          )
+          .execute();
+      }
+    } catch (error) {
+      // Not lost: kept for the next flush unless the host checked in again meanwhile.
+      for (const [id, at] of batch) if (!this.#checkins.has(id)) this.#checkins.set(id, at);
+      throw error;
+    }
   }
 
   /** Takes an agent's report: hashes, the last attempt, drift, facts; re-derives conditions. */
   async reportStatus(hostId: string, report: ParsedStatusReport): Promise<void> {
     const now = this.#clock.now();
+    // This report writes a newer check-in than one held in memory.
+    this.#checkins.delete(hostId);
     const rebound = await this.#transaction(async (trx) => {
       let rebound = false;
       let host = await this.#lockHost(trx, hostId);
@@ -823,6 +862,7 @@ export class Controller {
 
   /** Advances every progressing rollout one judgement: the ticker of each replica calls this. */
   async tick(): Promise<void> {
+    await this.flushCheckins();
     const rollouts = await this.#store.db
       .selectFrom('rollouts')
       .select('id')
@@ -942,6 +982,7 @@ export class Controller {
   // ── views ─────────────────────────────────────────────────────────────────────────────────
 
   async listHosts(options: { includeDecommissioned?: boolean } = {}): Promise<HostView[]> {
+    await this.flushCheckins();
     let query = this.#store.db.selectFrom('hosts').selectAll().orderBy('name');
     if (options.includeDecommissioned !== true)
       query = query.where('decommissioned_at', 'is', null);
@@ -950,6 +991,7 @@ export class Controller {
   }
 
   async host(hostName: string): Promise<HostView> {
+    await this.flushCheckins();
     return this.#view(await this.#hostByName(this.#store.db, hostName), this.#clock.now());
   }
 

@@ -160,6 +160,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       clearInterval(ticker);
       shutdown();
       await app.close();
+      await controller.flushCheckins();
       await store.close();
     },
   };
