@@ -10,6 +10,7 @@ import {
   type Clock,
   type StatusReport,
 } from '../fleet/index.js';
+import type { ResidentRepair } from '../apply/index.js';
 import type { HostEngine, PreparedGeneration } from './host-engine.js';
 
 /** What the reconciler remembers across restarts (the agent persists it). */
@@ -43,6 +44,11 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   #forcePending = false;
   #reportedFactsDigest: string | null = null;
   #lastReport = '';
+  /** Repairs the watchers made since the last delivered report, numbered in order. */
+  #repairs: { readonly seq: number; readonly repair: ResidentRepair }[] = [];
+  #repairSeq = 0;
+  /** The newest repair each built report carries, so delivery clears only those. */
+  readonly #repairsIn = new WeakMap<StatusReport, number>();
 
   constructor(options: {
     engine: HostEngine<P>;
@@ -98,6 +104,15 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   }
 
   /**
+   * Records a repair the watchers made between rounds: the next report carries it as drift
+   * (repaired), and is sent even if nothing else changed.
+   */
+  noteRepair(repair: ResidentRepair): void {
+    this.#repairSeq += 1;
+    this.#repairs.push({ seq: this.#repairSeq, repair });
+  }
+
+  /**
    * One round: read facts and live state, apply if needed and due, and return the report to send
    * (undefined when nothing changed since the last one).
    */
@@ -147,10 +162,17 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     }
     report.counters = live.counters;
     report.tunnels = [...live.tunnels];
+    const repairs = this.#repairs;
+    const newest = repairs.at(-1);
+    if (report.drift === undefined && newest !== undefined) {
+      report.drift = describeRepairs(repairs.map((r) => r.repair));
+    }
+    if (newest !== undefined) this.#repairsIn.set(report, newest.seq);
 
     if (
       report.attempt === undefined &&
       report.facts === undefined &&
+      newest === undefined &&
       fingerprintOf(report) === this.#lastReport
     ) {
       return undefined;
@@ -162,6 +184,8 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   delivered(report: StatusReport): void {
     if (report.facts !== undefined) this.#reportedFactsDigest = digestFacts(report.facts);
     this.#lastReport = fingerprintOf(report);
+    const carried = this.#repairsIn.get(report);
+    if (carried !== undefined) this.#repairs = this.#repairs.filter((r) => r.seq > carried);
   }
 
   async #attempt(
@@ -240,15 +264,48 @@ function isStale(bundle: NonNullable<BundleResponse['bundle']>, facts: HostFacts
   );
 }
 
-/** What makes a report worth sending again: hashes and drift (counters alone are not). */
+/**
+ * What makes a report worth sending again: hashes and drift (counters alone are not). The
+ * watchers' repairs are sent because they are pending, and leave nothing to report once delivered.
+ */
 function fingerprintOf(report: StatusReport): string {
   return JSON.stringify([
     report.desiredHash,
     report.appliedHash,
     report.liveHash,
-    report.drift ?? null,
+    report.drift?.repairs === undefined ? (report.drift ?? null) : null,
     report.tunnels ?? [],
   ]);
+}
+
+/** The watchers' repairs since the last report, as one drift entry (the newest first). */
+function describeRepairs(repairs: readonly ResidentRepair[]): NonNullable<StatusReport['drift']> {
+  const newest = repairs[repairs.length - 1];
+  const earlier = repairs.length - 1;
+  const detected = newest?.detectedHash ?? null;
+  return {
+    // A table edited to carry something else than a hash is still drift; the wire takes hashes.
+    detectedHash: detected !== null && /^[0-9a-f]{64}$/.test(detected) ? detected : null,
+    repaired: true,
+    message: truncate(
+      `repaired between polls by the watchers: ${newest?.message ?? ''}${earlier > 0 ? ` (and ${earlier} earlier: ${countKinds(repairs.slice(0, -1))})` : ''}`,
+      4096,
+    ),
+    repairs: repairs.length,
+  };
+}
+
+function countKinds(repairs: readonly ResidentRepair[]): string {
+  const tables = repairs.filter((r) => r.what === 'table').length;
+  const parts = [
+    tables > 0 ? `${tables} of the table` : '',
+    tables < repairs.length ? `${repairs.length - tables} of routes` : '',
+  ];
+  return parts.filter((p) => p !== '').join(', ');
+}
+
+function truncate(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 
 function short(hash: string | null): string {

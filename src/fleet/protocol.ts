@@ -126,7 +126,13 @@ export const statusReportSchema = z.strictObject({
     .optional(),
   /** The live state differed from the applied state (and the agent repaired it). */
   drift: z
-    .strictObject({ detectedHash: hash.nullable(), repaired: z.boolean(), message: z.string() })
+    .strictObject({
+      detectedHash: hash.nullable(),
+      repaired: z.boolean(),
+      message: z.string().max(4096),
+      /** How many repairs this report stands for (the watchers' between polls); absent: one. */
+      repairs: z.number().int().positive().optional(),
+    })
     .optional(),
   counters: z.record(z.string().max(128), z.number()).default({}),
   tunnels: z.array(z.strictObject({ name: z.string().max(64), up: z.boolean() })).default([]),
