@@ -154,7 +154,7 @@ describe('Reconciler: retries with an injected clock', () => {
     const first = await reconciler.step();
     if (first !== undefined) reconciler.delivered(first);
     expect(await reconciler.step()).toBeUndefined();
-    const hash = response('policy v1').hash;
+    const hash = response('policy v1').hash ?? '';
     const repair = (what: 'table' | 'routes', message: string) => {
       reconciler.noteRepair({ what, detectedHash: null, generation: 1, message });
     };
@@ -186,6 +186,23 @@ describe('Reconciler: retries with an injected clock', () => {
     expect(await reconciler.step()).toBeUndefined();
     expect(engine.applies).toHaveLength(1);
     expect(last?.liveHash).toBe(hash);
+
+    // A round that repairs drift itself, its report superseded before delivery: both counted.
+    repair('table', 'table was deleted (periodic check)');
+    engine.setLiveHash(null);
+    const round = await reconciler.step();
+    expect(reconciler.roundRepaired).toBe(true);
+    expect(round?.attempt).toMatchObject({ outcome: 'applied' });
+    expect(round?.drift).toMatchObject({ repaired: true, repairs: 2 });
+    expect(round?.drift?.message).toBe(
+      `live nothing differed from applied ${hash.slice(0, 12)}; applied again (and 1 earlier: 1 of the table)`,
+    );
+    const superseding = await reconciler.step();
+    expect(reconciler.roundRepaired).toBe(false);
+    expect(superseding?.attempt).toBeUndefined();
+    expect(superseding?.drift).toEqual(round?.drift);
+    if (superseding !== undefined) reconciler.delivered(superseding);
+    expect(await reconciler.step()).toBeUndefined();
   });
 
   it('applies again on force, and nothing new while suspended', async () => {

@@ -7,6 +7,7 @@ import {
   describeRefusal,
   enrollResponseSchema,
   fetchPinnedCa,
+  MAX_POLL_WAIT_SECONDS,
   parseBootstrapToken,
   rotateResponseSchema,
   type BackoffPolicy,
@@ -175,9 +176,7 @@ export async function runAgent<P extends PreparedGeneration>(
       });
       options.metrics?.recordState(reconciler.memory.appliedHash, report);
       // A drift the round itself repaired (the watchers' repairs were counted as they happened).
-      if (report?.drift?.repaired === true && report.drift.repairs === undefined) {
-        options.metrics?.recordRepair('generation', 'round');
-      }
+      if (reconciler.roundRepaired) options.metrics?.recordRepair('generation', 'round');
       memoryOnDisk = await saveMemory(options.stateDir, reconciler.memory, memoryOnDisk);
       if (report !== undefined) pending = report;
       try {
@@ -211,7 +210,8 @@ export async function runAgent<P extends PreparedGeneration>(
           retry: String(known.retry),
           force: String(known.force),
           suspended: known.suspended ? '1' : '0',
-          wait: String(Math.floor(waitMs / 1000)),
+          // A poll interval longer than the protocol's longest wait polls again in between.
+          wait: String(Math.min(MAX_POLL_WAIT_SECONDS, Math.floor(waitMs / 1000))),
         });
         const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
           token: enrollment.credential,

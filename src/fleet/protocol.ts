@@ -77,13 +77,16 @@ export const enrollResponseSchema = z.strictObject({
 });
 export type EnrollResponse = z.infer<typeof enrollResponseSchema>;
 
+/** The longest wait a long poll may ask for, in seconds (a longer poll interval polls again). */
+export const MAX_POLL_WAIT_SECONDS = 120;
+
 /** The long poll's query: answer when any of these differs from the controller's view. */
 export const bundleQuerySchema = z.strictObject({
   hash: z.union([hash, z.literal('')]).default(''),
   retry: z.coerce.number().int().min(0).default(0),
   force: z.coerce.number().int().min(0).default(0),
   suspended: z.enum(['0', '1']).default('0'),
-  wait: z.coerce.number().int().min(0).max(120).default(0),
+  wait: z.coerce.number().int().min(0).max(MAX_POLL_WAIT_SECONDS).default(0),
 });
 export type BundleQuery = z.infer<typeof bundleQuerySchema>;
 
