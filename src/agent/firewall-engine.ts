@@ -71,7 +71,9 @@ export function createFirewallEngine(
       }
       const scope = checkScope(target, facts, effective);
       if (scope !== undefined) return Promise.resolve({ ok: false, message: scope });
-      const result = compileBundle({ ir: bundle.ir, options: effective }, facts, {
+      // The labels the controller holds for this host (its bootstrap token's) choose its classes.
+      const labels = bundle.labels === undefined ? {} : { labels: bundle.labels };
+      const result = compileBundle({ ir: bundle.ir, options: effective, ...labels }, facts, {
         registry: target.registry,
       });
       if (!result.ok) return Promise.resolve(result);

@@ -2,6 +2,7 @@ import type { HostFacts } from '../facts/index.js';
 import {
   BUNDLE_FORMAT,
   DEFAULT_BACKOFF,
+  bindingFactsOf,
   FailureBudget,
   digestBindingFacts,
   digestFacts,
@@ -281,7 +282,7 @@ function isStale(bundle: NonNullable<BundleResponse['bundle']>, facts: HostFacts
   return (
     bundle.format === BUNDLE_FORMAT &&
     bundle.factsDigest !== null &&
-    bundle.factsDigest !== digestBindingFacts(facts)
+    bundle.factsDigest !== digestBindingFacts(bindingFactsOf(bundle, facts))
   );
 }
 

@@ -43,6 +43,14 @@ export const hostIrBundleSchema = z.strictObject({
   options: pushOptionsSchema,
   /** The digest of the binding facts (`digestBindingFacts`) the controller compiled for. */
   factsDigest: z.string().nullable(),
+  /**
+   * The host's labels as the controller holds them (its bootstrap token's and its own), which
+   * select the classes bound on it; absent: the host's own (`bindingFactsOf`).
+   */
+  labels: z
+    .record(z.string().max(128), z.string().max(256))
+    .refine((l) => Object.keys(l).length <= 64, 'at most 64 labels')
+    .optional(),
 });
 export type HostIrBundle = z.infer<typeof hostIrBundleSchema>;
 

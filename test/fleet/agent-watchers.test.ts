@@ -27,6 +27,8 @@ interfaces:
     tun0: { description: the VPN tunnel }
 classes:
   vms:
+    # Selected by a label the host has only from its bootstrap token (the agent has no labels file).
+    hosts: { labels: { role: vpn } }
     ingress: [vwl0]
     sources: [10.10.0.0/24]
     via: tun0
@@ -138,7 +140,7 @@ describe('the agent under the resident mode watchers (real agent process, netns,
     }
     await ipInNs(['route', 'add', 'default', 'via', '198.51.100.1', 'dev', 'eth0'], 'change');
     const { token } = await controller().createBootstrapToken(
-      { ttlMs: 3_600_000, uses: 1 },
+      { ttlMs: 3_600_000, uses: 1, labels: { role: 'vpn' } },
       'test',
     );
     const tokenFile = join(dir, 'host-w.token');
@@ -165,7 +167,14 @@ describe('the agent under the resident mode watchers (real agent process, netns,
         '--retry-cap',
         '2s',
       ],
-      { env: { ...process.env, EGRESSGUARD_ROOTNS_GUARD: '1', NO_COLOR: '1' } },
+      {
+        env: {
+          ...process.env,
+          EGRESSGUARD_ROOTNS_GUARD: '1',
+          NO_COLOR: '1',
+          EGRESSGUARD_LABELS_FILE: join(dir, 'no-labels-here'),
+        },
+      },
     );
     agent.stderr?.on('data', (chunk: Buffer) => log.push(chunk.toString()));
     agent.stdout?.on('data', (chunk: Buffer) => log.push(chunk.toString()));
@@ -207,6 +216,14 @@ describe('the agent under the resident mode watchers (real agent process, netns,
     await running?.close();
     scratch.cleanup();
   }, 60_000);
+
+  it("binds the class its bootstrap token's labels select: token labels reach the bundle and the live table", async () => {
+    const h = await host();
+    expect(h.labels).toEqual({ role: 'vpn' });
+    const table = await liveTable();
+    expect(table).toContain('vms-deny-metadata');
+    expect(table).toContain(`eg-hash:${h.appliedHash ?? ''}`);
+  });
 
   it('repairs a deleted table between polls and reports it as drift at once, with no apply of a round', async () => {
     const before = await host();
