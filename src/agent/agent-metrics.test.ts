@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createAgentMetrics } from './agent-metrics.js';
 
 describe('createAgentMetrics', () => {
-  it('exports the applied hash, apply durations, the last success, drift and tunnels', async () => {
+  it('exports the applied hash, apply durations, the last success, drift, its repairs and tunnels', async () => {
     const metrics = createAgentMetrics();
     metrics.recordAttempt({ hash: 'a'.repeat(64), ok: false, durationMs: 40, at: 1_000 });
     metrics.recordAttempt({ hash: 'a'.repeat(64), ok: true, durationMs: 120, at: 2_000 });
@@ -15,6 +15,9 @@ describe('createAgentMetrics', () => {
       tunnels: [{ name: 'tun0', up: false }],
     });
     metrics.recordReachable(true);
+    metrics.recordRepair('table', 'watcher');
+    metrics.recordRepair('table', 'watcher');
+    metrics.recordRepair('generation', 'round');
     const text = await metrics.registry.metrics();
     expect(text).toContain(`egressguard_agent_applied_hash_info{hash="${'a'.repeat(64)}"} 1`);
     expect(text).toContain('egressguard_agent_apply_duration_seconds_count{outcome="applied"} 1');
@@ -24,5 +27,7 @@ describe('createAgentMetrics', () => {
     expect(text).toContain('egressguard_agent_drift 1');
     expect(text).toContain('egressguard_agent_tunnel_up{tunnel="tun0"} 0');
     expect(text).toContain('egressguard_agent_controller_reachable 1');
+    expect(text).toContain('egressguard_agent_drift_repairs_total{what="table",by="watcher"} 2');
+    expect(text).toContain('egressguard_agent_drift_repairs_total{what="generation",by="round"} 1');
   });
 });

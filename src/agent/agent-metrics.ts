@@ -8,6 +8,8 @@ export interface AgentMetrics {
   recordAttempt(attempt: AttemptRecord): void;
   recordState(appliedHash: string | null, report: StatusReport | undefined): void;
   recordReachable(reachable: boolean): void;
+  /** A repair of drift: by the watchers between rounds, or by a round applying the generation again. */
+  recordRepair(what: 'table' | 'routes' | 'generation', by: 'watcher' | 'round'): void;
 }
 
 export function createAgentMetrics(): AgentMetrics {
@@ -41,6 +43,12 @@ export function createAgentMetrics(): AgentMetrics {
     help: '1 while the live state differs from the applied one',
     registers,
   });
+  const repairs = new Counter({
+    name: 'egressguard_agent_drift_repairs_total',
+    help: 'Repairs of the live state back to the applied generation',
+    labelNames: ['what', 'by'] as const,
+    registers,
+  });
   const tunnelUp = new Gauge({
     name: 'egressguard_agent_tunnel_up',
     help: '1 when the tunnel is up',
@@ -69,6 +77,9 @@ export function createAgentMetrics(): AgentMetrics {
     },
     recordReachable: (ok) => {
       reachable.set(ok ? 1 : 0);
+    },
+    recordRepair: (what, by) => {
+      repairs.inc({ what, by });
     },
   };
 }

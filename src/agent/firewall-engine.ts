@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { applyGeneration, FILES, readGeneration, readStatus } from '../apply/index.js';
+import { applyGeneration, FILES, readGeneration, readStatus, runResident } from '../apply/index.js';
 import type { BackendOptions } from '../backends/index.js';
 import { gatherFacts, readHostFacts, readHostLabels, type HostFacts } from '../facts/index.js';
 import { BUNDLE_FORMAT, compileBundle, type CompiledBundle } from '../fleet/index.js';
@@ -30,6 +30,8 @@ export interface FirewallEngineOptions {
   readonly labels?: () => Readonly<Record<string, string>>;
   /** How long an apply waits for the host lock a resident repair holds. */
   readonly lockWaitMs?: number;
+  /** The watchers' periodic check, for what the monitors miss (default 10 s, as `run`). */
+  readonly watchTickMs?: number;
 }
 
 /**
@@ -44,14 +46,15 @@ export function createFirewallEngine(
 ): HostEngine<FirewallGeneration> {
   const { target } = options;
   const labels = options.labels ?? readHostLabels;
+  const readFacts = async (): Promise<HostFacts> => {
+    const facts =
+      options.factsFile === undefined
+        ? await gatherFacts(target.runner, { labels: labels(), tools: false })
+        : readHostFacts(options.factsFile);
+    return options.hostname === undefined ? facts : { ...facts, hostname: options.hostname };
+  };
   return {
-    async readFacts(): Promise<HostFacts> {
-      const facts =
-        options.factsFile === undefined
-          ? await gatherFacts(target.runner, { labels: labels(), tools: false })
-          : readHostFacts(options.factsFile);
-      return options.hostname === undefined ? facts : { ...facts, hostname: options.hostname };
-    },
+    readFacts,
 
     prepare(bundle, facts): Promise<PrepareOutcome<FirewallGeneration>> {
       if (bundle.format !== BUNDLE_FORMAT) {
@@ -68,7 +71,9 @@ export function createFirewallEngine(
       }
       const scope = checkScope(target, facts, effective);
       if (scope !== undefined) return Promise.resolve({ ok: false, message: scope });
-      const result = compileBundle({ ir: bundle.ir, options: effective }, facts, {
+      // The labels the controller holds for this host (its bootstrap token's) choose its classes.
+      const labels = bundle.labels === undefined ? {} : { labels: bundle.labels };
+      const result = compileBundle({ ir: bundle.ir, options: effective, ...labels }, facts, {
         registry: target.registry,
       });
       if (!result.ok) return Promise.resolve(result);
@@ -96,6 +101,39 @@ export function createFirewallEngine(
       } catch (error) {
         return { ok: false, message: error instanceof Error ? error.message : String(error) };
       }
+    },
+
+    async watch({ signal, onPass, log }): Promise<void> {
+      let facts: HostFacts | undefined;
+      try {
+        facts = await readFacts();
+      } catch (error) {
+        log(
+          `warning: cannot read facts to choose the backend to watch: ${(error as Error).message}`,
+        );
+      }
+      const backend = backendOf(target, facts);
+      if (backend.createWatcher === undefined) {
+        log(
+          `backend "${backend.name}" cannot watch live state: drift is repaired at each round instead`,
+        );
+        return;
+      }
+      // The resident mode without a policy of its own: it keeps the last generation the agent
+      // applied (the generation files are the agent's) and leaves new ones to the agent's rounds.
+      await runResident({
+        backend,
+        runner: target.runner,
+        state: target.state,
+        options: appliedOptions(target),
+        signal,
+        tickMs: options.watchTickMs ?? 10_000,
+        // Repairs reach the agent as passes too; every entry goes to its log.
+        log: (entry) => {
+          log(`watcher ${entry.action}: ${entry.message}`);
+        },
+        onReconciled: onPass,
+      });
     },
 
     async readStatus(): Promise<LiveStatus> {

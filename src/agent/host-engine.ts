@@ -1,4 +1,5 @@
 import type { HostFacts } from '../facts/index.js';
+import type { ResidentPass } from '../apply/index.js';
 import type { HostBundle } from '../fleet/index.js';
 
 /** A generation ready to apply: checked and compiled for this host, nothing touched yet. */
@@ -40,4 +41,15 @@ export interface HostEngine<P extends PreparedGeneration = PreparedGeneration> {
   apply(prepared: P): Promise<ApplyOutcome>;
   /** Reads the live state back. */
   readStatus(): Promise<LiveStatus>;
+  /**
+   * Watches the host between polls (the resident mode's watchers) and repairs drift from the last
+   * applied generation as it happens, until `signal` aborts; absent, or resolving at once, when
+   * the host's backend cannot watch (drift is then caught at each round).
+   */
+  watch?(input: {
+    readonly signal: AbortSignal;
+    /** Told at the end of every reconcile the watchers started, with what it repaired. */
+    readonly onPass: (pass: ResidentPass) => void;
+    readonly log: (line: string) => void;
+  }): Promise<void>;
 }

@@ -148,6 +148,63 @@ describe('Reconciler: retries with an injected clock', () => {
     expect(report?.liveHash).toBe(response('policy v1').hash);
   });
 
+  it("reports the watchers' repairs between rounds as repaired drift until a report carrying them is delivered", async () => {
+    const { engine, reconciler } = setUp();
+    reconciler.accept(response('policy v1'));
+    const first = await reconciler.step();
+    if (first !== undefined) reconciler.delivered(first);
+    expect(await reconciler.step()).toBeUndefined();
+    const hash = response('policy v1').hash ?? '';
+    const repair = (what: 'table' | 'routes', message: string) => {
+      reconciler.noteRepair({ what, detectedHash: null, generation: 1, message });
+    };
+    repair('table', 'table was deleted (ruleset: delete table inet egressguard)');
+    // Live state is already repaired: nothing else changed, yet the report goes out.
+    const carrying = await reconciler.step();
+    expect(carrying?.attempt).toBeUndefined();
+    expect(carrying?.drift).toEqual({
+      detectedHash: null,
+      repaired: true,
+      message:
+        'repaired between polls by the watchers: table was deleted (ruleset: delete table inet egressguard)',
+      repairs: 1,
+    });
+    // Undelivered (the controller away): later repairs add up in the next report.
+    repair('routes', 'routes re-converged (link tun0: up)');
+    repair('table', 'table was edited (periodic check)');
+    const summed = await reconciler.step();
+    expect(summed?.drift?.repairs).toBe(3);
+    expect(summed?.drift?.message).toBe(
+      'repaired between polls by the watchers: table was edited (periodic check) (and 2 earlier: 1 of the table, 1 of routes)',
+    );
+    // A repair made after that report was built survives its delivery.
+    repair('table', 'table carried hash none (periodic check)');
+    if (summed !== undefined) reconciler.delivered(summed);
+    expect((await reconciler.step())?.drift?.repairs).toBe(1);
+    const last = await reconciler.step();
+    if (last !== undefined) reconciler.delivered(last);
+    expect(await reconciler.step()).toBeUndefined();
+    expect(engine.applies).toHaveLength(1);
+    expect(last?.liveHash).toBe(hash);
+
+    // A round that repairs drift itself, its report superseded before delivery: both counted.
+    repair('table', 'table was deleted (periodic check)');
+    engine.setLiveHash(null);
+    const round = await reconciler.step();
+    expect(reconciler.roundRepaired).toBe(true);
+    expect(round?.attempt).toMatchObject({ outcome: 'applied' });
+    expect(round?.drift).toMatchObject({ repaired: true, repairs: 2 });
+    expect(round?.drift?.message).toBe(
+      `live nothing differed from applied ${hash.slice(0, 12)}; applied again (and 1 earlier: 1 of the table)`,
+    );
+    const superseding = await reconciler.step();
+    expect(reconciler.roundRepaired).toBe(false);
+    expect(superseding?.attempt).toBeUndefined();
+    expect(superseding?.drift).toEqual(round?.drift);
+    if (superseding !== undefined) reconciler.delivered(superseding);
+    expect(await reconciler.step()).toBeUndefined();
+  });
+
   it('applies again on force, and nothing new while suspended', async () => {
     const { engine, reconciler } = setUp();
     reconciler.accept(response('policy v1'));

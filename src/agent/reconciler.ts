@@ -2,6 +2,7 @@ import type { HostFacts } from '../facts/index.js';
 import {
   BUNDLE_FORMAT,
   DEFAULT_BACKOFF,
+  bindingFactsOf,
   FailureBudget,
   digestBindingFacts,
   digestFacts,
@@ -10,6 +11,7 @@ import {
   type Clock,
   type StatusReport,
 } from '../fleet/index.js';
+import type { ResidentRepair } from '../apply/index.js';
 import type { HostEngine, PreparedGeneration } from './host-engine.js';
 
 /** What the reconciler remembers across restarts (the agent persists it). */
@@ -43,6 +45,15 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   #forcePending = false;
   #reportedFactsDigest: string | null = null;
   #lastReport = '';
+  /**
+   * Repairs since the last delivered report (the watchers' between rounds, and the rounds' own),
+   * numbered in order: a report superseded before it reached the controller loses none of them.
+   */
+  #repairs: { readonly seq: number; readonly repair: Repair }[] = [];
+  #roundRepaired = false;
+  #repairSeq = 0;
+  /** The newest repair each built report carries, so delivery clears only those. */
+  readonly #repairsIn = new WeakMap<StatusReport, number>();
 
   constructor(options: {
     engine: HostEngine<P>;
@@ -98,6 +109,28 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   }
 
   /**
+   * Records a repair the watchers made between rounds: the next report carries it as drift
+   * (repaired), and is sent even if nothing else changed.
+   */
+  noteRepair(repair: ResidentRepair): void {
+    this.#pushRepair({
+      what: repair.what,
+      detectedHash: repair.detectedHash,
+      message: `repaired between polls by the watchers: ${repair.message}`,
+    });
+  }
+
+  /** Whether the last round applied the generation again to repair drift. */
+  get roundRepaired(): boolean {
+    return this.#roundRepaired;
+  }
+
+  #pushRepair(repair: Repair): void {
+    this.#repairSeq += 1;
+    this.#repairs.push({ seq: this.#repairSeq, repair });
+  }
+
+  /**
    * One round: read facts and live state, apply if needed and due, and return the report to send
    * (undefined when nothing changed since the last one).
    */
@@ -126,15 +159,19 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
       needed && target !== this.#invalidHash && this.#budget.isDue(target, now)
         ? await this.#attempt(target, bundle, facts, onAttempt)
         : undefined;
+    this.#roundRepaired = false;
     if (attempt !== undefined) {
       report.attempt = attempt;
       live = await this.#engine.readStatus();
       if (drifted) {
-        report.drift = {
-          detectedHash: report.liveHash ?? null,
-          repaired: attempt.outcome === 'applied' && live.hash === this.#appliedHash,
-          message: `live ${short(report.liveHash ?? null)} differed from applied ${short(report.appliedHash ?? null)}${attempt.outcome === 'applied' ? '; applied again' : `; repair failed: ${attempt.message}`}`,
-        };
+        const repaired = attempt.outcome === 'applied' && live.hash === this.#appliedHash;
+        const message = `live ${short(report.liveHash ?? null)} differed from applied ${short(report.appliedHash ?? null)}${attempt.outcome === 'applied' ? '; applied again' : `; repair failed: ${attempt.message}`}`;
+        if (repaired) {
+          this.#roundRepaired = true;
+          this.#pushRepair({ what: 'generation', detectedHash: report.liveHash ?? null, message });
+        } else {
+          report.drift = { detectedHash: report.liveHash ?? null, repaired, message };
+        }
       }
       report.appliedHash = this.#appliedHash;
       report.liveHash = live.hash;
@@ -147,10 +184,17 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     }
     report.counters = live.counters;
     report.tunnels = [...live.tunnels];
+    const repairs = this.#repairs;
+    const newest = repairs.at(-1);
+    if (report.drift === undefined && newest !== undefined) {
+      report.drift = describeRepairs(repairs.map((r) => r.repair));
+      this.#repairsIn.set(report, newest.seq);
+    }
 
     if (
       report.attempt === undefined &&
       report.facts === undefined &&
+      !this.#repairsIn.has(report) &&
       fingerprintOf(report) === this.#lastReport
     ) {
       return undefined;
@@ -162,6 +206,8 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   delivered(report: StatusReport): void {
     if (report.facts !== undefined) this.#reportedFactsDigest = digestFacts(report.facts);
     this.#lastReport = fingerprintOf(report);
+    const carried = this.#repairsIn.get(report);
+    if (carried !== undefined) this.#repairs = this.#repairs.filter((r) => r.seq > carried);
   }
 
   async #attempt(
@@ -236,19 +282,59 @@ function isStale(bundle: NonNullable<BundleResponse['bundle']>, facts: HostFacts
   return (
     bundle.format === BUNDLE_FORMAT &&
     bundle.factsDigest !== null &&
-    bundle.factsDigest !== digestBindingFacts(facts)
+    bundle.factsDigest !== digestBindingFacts(bindingFactsOf(bundle, facts))
   );
 }
 
-/** What makes a report worth sending again: hashes and drift (counters alone are not). */
+/**
+ * What makes a report worth sending again: hashes and drift (counters alone are not). Repairs
+ * are sent because they are pending, and leave nothing to report once delivered.
+ */
 function fingerprintOf(report: StatusReport): string {
   return JSON.stringify([
     report.desiredHash,
     report.appliedHash,
     report.liveHash,
-    report.drift ?? null,
+    report.drift?.repaired === true ? null : (report.drift ?? null),
     report.tunnels ?? [],
   ]);
+}
+
+/** A repair not yet reported: the watchers' (table, routes) or a round's (the generation). */
+interface Repair {
+  readonly what: ResidentRepair['what'] | 'generation';
+  readonly detectedHash: string | null;
+  readonly message: string;
+}
+
+/** The repairs since the last delivered report, as one drift entry: the newest, and a count. */
+function describeRepairs(repairs: readonly Repair[]): NonNullable<StatusReport['drift']> {
+  const newest = repairs[repairs.length - 1];
+  const earlier = repairs.slice(0, -1);
+  const detected = newest?.detectedHash ?? null;
+  return {
+    // A table edited to carry something else than a hash is still drift; the wire takes hashes.
+    detectedHash: detected !== null && /^[0-9a-f]{64}$/.test(detected) ? detected : null,
+    repaired: true,
+    message: truncate(
+      `${newest?.message ?? ''}${earlier.length > 0 ? ` (and ${earlier.length} earlier: ${countKinds(earlier)})` : ''}`,
+      4096,
+    ),
+    repairs: repairs.length,
+  };
+}
+
+function countKinds(repairs: readonly Repair[]): string {
+  const noun = { table: 'of the table', routes: 'of routes', generation: 'by a round' } as const;
+  return (['table', 'routes', 'generation'] as const)
+    .map((what) => [repairs.filter((r) => r.what === what).length, noun[what]] as const)
+    .filter(([n]) => n > 0)
+    .map(([n, text]) => `${n} ${text}`)
+    .join(', ');
+}
+
+function truncate(text: string, max: number): string {
+  return text.length <= max ? text : `${text.slice(0, max - 1)}…`;
 }
 
 function short(hash: string | null): string {

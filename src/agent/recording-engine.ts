@@ -2,6 +2,7 @@ import type { HostFacts } from '../facts/index.js';
 import {
   POLICY_DOCUMENT_FORMAT,
   compileBundle,
+  bindingFactsOf,
   digestBindingFacts,
   hashPolicyBundle,
   type HashBundle,
@@ -109,7 +110,11 @@ export function createBundleHasher(): HashBundle {
   const cache = new Map<string, string>();
   return (bundle, facts) => {
     if (bundle.format === POLICY_DOCUMENT_FORMAT) return hashPolicyBundle(bundle, facts);
-    const key = JSON.stringify([bundle.pushId, bundle.options, digestBindingFacts(facts)]);
+    const key = JSON.stringify([
+      bundle.pushId,
+      bundle.options,
+      digestBindingFacts(bindingFactsOf(bundle, facts)),
+    ]);
     let hash = cache.get(key);
     if (hash === undefined) {
       const result = compileBundle(bundle, facts);

@@ -7,6 +7,7 @@ import {
   describeRefusal,
   enrollResponseSchema,
   fetchPinnedCa,
+  MAX_POLL_WAIT_SECONDS,
   parseBootstrapToken,
   rotateResponseSchema,
   type BackoffPolicy,
@@ -135,11 +136,47 @@ export async function runAgent<P extends PreparedGeneration>(
   let pollWaitMs = 30_000;
   let pending: StatusReport | undefined;
   connectFailures = 0;
+  // Between rounds the engine's watchers (the resident mode's) repair drift as it happens; a
+  // repair, or a link or route event (facts, tunnels), ends the current wait so the controller
+  // hears of it at once rather than at the next poll.
+  let wakeup = new AbortController();
+  const watching = new AbortController();
+  const stopWatching = (): void => {
+    watching.abort();
+  };
+  signal.addEventListener('abort', stopWatching, { once: true });
+  const watched = options.engine
+    .watch?.({
+      signal: watching.signal,
+      log,
+      onPass: (pass) => {
+        if (pass.repair !== undefined) {
+          reconciler.noteRepair(pass.repair);
+          options.metrics?.recordRepair(pass.repair.what, 'watcher');
+          log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
+        }
+        if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
+          wakeup.abort();
+        }
+      },
+    })
+    .catch((error: unknown) => {
+      // Never fatal: each round still repairs drift, only later.
+      log(
+        `warning: the watchers stopped: ${(error as Error).message}; drift is repaired at each round`,
+      );
+    });
   try {
     while (!signal.aborted) {
+      if (wakeup.signal.aborted) wakeup = new AbortController();
+      const round = AbortSignal.any([signal, wakeup.signal]);
       // Reconcile with what we have: the controller being away never stops enforcement.
-      const report = await reconciler.step((attempt) => options.metrics?.recordAttempt(attempt));
+      const report = await reconciler.step((attempt) => {
+        options.metrics?.recordAttempt(attempt);
+      });
       options.metrics?.recordState(reconciler.memory.appliedHash, report);
+      // A drift the round itself repaired (the watchers' repairs were counted as they happened).
+      if (reconciler.roundRepaired) options.metrics?.recordRepair('generation', 'round');
       memoryOnDisk = await saveMemory(options.stateDir, reconciler.memory, memoryOnDisk);
       if (report !== undefined) pending = report;
       try {
@@ -173,11 +210,12 @@ export async function runAgent<P extends PreparedGeneration>(
           retry: String(known.retry),
           force: String(known.force),
           suspended: known.suspended ? '1' : '0',
-          wait: String(Math.floor(waitMs / 1000)),
+          // A poll interval longer than the protocol's longest wait polls again in between.
+          wait: String(Math.min(MAX_POLL_WAIT_SECONDS, Math.floor(waitMs / 1000))),
         });
         const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
           token: enrollment.credential,
-          signal,
+          signal: round,
           timeoutMs: waitMs + 30_000,
         });
         options.metrics?.recordReachable(true);
@@ -193,10 +231,12 @@ export async function runAgent<P extends PreparedGeneration>(
           throw refusal('poll for a bundle', answer.status, describeRefusal(answer));
         await clock.sleep(
           random() * (options.pollJitterMs ?? Math.min(1_000, pollWaitMs / 20)),
-          signal,
+          round,
         );
       } catch (error) {
         if (isAborted(signal)) break;
+        // Woken by the watchers: report at once; the controller was not at fault.
+        if (isAborted(wakeup.signal)) continue;
         options.metrics?.recordReachable(false);
         connectFailures += 1;
         const delay = backoffDelay(connectFailures, connectBackoff, random);
@@ -208,12 +248,15 @@ export async function runAgent<P extends PreparedGeneration>(
           nextAttempt === undefined
             ? delay
             : Math.min(delay, Math.max(0, nextAttempt - clock.now())),
-          signal,
+          round,
         );
       }
     }
     return 'stopped';
   } finally {
+    signal.removeEventListener('abort', stopWatching);
+    watching.abort();
+    await watched;
     connection.close();
   }
 }

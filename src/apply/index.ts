@@ -11,5 +11,10 @@ export {
   scheduleRevert,
   type PendingConfirm,
 } from './confirm-timer.js';
-export { runResident, type ResidentLogEntry } from './run-resident.js';
+export {
+  runResident,
+  type ResidentLogEntry,
+  type ResidentPass,
+  type ResidentRepair,
+} from './run-resident.js';
 export { startGatewayLoop, type GatewayLoop } from './run-gateway.js';

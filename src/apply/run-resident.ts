@@ -44,6 +44,23 @@ export interface ResidentLogEntry {
   readonly steps?: StepTimings;
 }
 
+/** What one reconcile of the resident did, for a caller that reports it (the fleet agent). */
+export interface ResidentPass {
+  /** What started it: a watcher event (the kind of the most telling one if several), or a tick. */
+  readonly trigger: WatchEvent['kind'];
+  /** The repair it made to the applied generation, if any. */
+  readonly repair?: ResidentRepair;
+}
+
+export interface ResidentRepair {
+  /** The table (deleted, edited, another hash) or only the routes (a tunnel returned). */
+  readonly what: 'table' | 'routes';
+  /** The hash live state carried before the repair (null: nothing of ours was live). */
+  readonly detectedHash: string | null;
+  readonly generation: number;
+  readonly message: string;
+}
+
 /**
  * The resident mode: watches links and the live ruleset and re-converges to the applied
  * generation within seconds: re-adds owned routes when a tunnel returns or is recreated, and
@@ -72,6 +89,8 @@ export async function runResident(input: {
     reason: string,
     link?: { readonly name: string; readonly state: 'up' | 'down' | 'absent' },
   ) => void | Promise<void>;
+  /** Told at the end of every reconcile: what started it and what it repaired. */
+  onReconciled?: (pass: ResidentPass) => void;
 }): Promise<void> {
   const context = { runner: input.runner, options: input.options };
   const watcher = input.backend.createWatcher?.(context);
@@ -102,25 +121,35 @@ export async function runResident(input: {
   };
   // One reconcile at a time; events during one ask for exactly one more.
   // The pass that runs again says why: the reason of the latest event that asked for it.
-  const pass: { running: boolean; again: string | undefined } = {
+  // A tick does not hide a watcher event that asked first: its trigger is the one reported.
+  interface Ask {
+    readonly reason: string;
+    readonly trigger: WatchEvent['kind'];
+  }
+  const pass: { running: boolean; again: Ask | undefined } = {
     running: false,
     again: undefined,
   };
-  const reconcile = async (reason: string): Promise<void> => {
+  const reconcile = async (ask: Ask): Promise<void> => {
     if (pass.running) {
-      pass.again = reason;
+      if (ask.trigger !== 'tick' || pass.again === undefined) pass.again = ask;
       return;
     }
     pass.running = true;
     try {
-      let next: string | undefined = reason;
+      let next: Ask | undefined = ask;
       while (next !== undefined && !input.signal.aborted) {
         pass.again = undefined;
+        let repair: ResidentRepair | undefined;
         try {
-          await reconcileOnce(next);
+          repair = await reconcileOnce(next.reason);
         } finally {
           // A nudge with no link: nothing urgent to wait for.
-          void input.onChange?.(`reconciled after ${next}`);
+          void input.onChange?.(`reconciled after ${next.reason}`);
+          input.onReconciled?.({
+            trigger: next.trigger,
+            ...(repair === undefined ? {} : { repair }),
+          });
         }
         next = pass.again;
       }
@@ -145,7 +174,7 @@ export async function runResident(input: {
     return { generation, live, tableWrong };
   };
 
-  const reconcileOnce = async (reason: string): Promise<void> => {
+  const reconcileOnce = async (reason: string): Promise<ResidentRepair | undefined> => {
     // Another egressguard at work (an apply, a restore) changes live state on purpose, and its
     // ruleset events are ours to see: look again once it is done, reading nothing meanwhile.
     const holder = hostLockHolder(input.state);
@@ -159,7 +188,7 @@ export async function runResident(input: {
         );
       }
       retrySoon();
-      return;
+      return undefined;
     }
     waitingFor = undefined;
     if (input.refresh !== undefined && !reason.startsWith('ruleset')) {
@@ -170,7 +199,7 @@ export async function runResident(input: {
       } catch (error) {
         if (isEgressguardError(error) && error.code === 'lock-held') {
           retrySoon();
-          return;
+          return undefined;
         }
         log(
           'error',
@@ -178,7 +207,7 @@ export async function runResident(input: {
         );
       }
     }
-    if ((await diagnose()) === undefined) return;
+    if ((await diagnose()) === undefined) return undefined;
     let lock;
     try {
       lock = acquireHostLock(input.state, 'repair the applied state');
@@ -188,7 +217,7 @@ export async function runResident(input: {
         // nothing else will send an event.
         log('skipped', `another egressguard holds the host lock; retrying: ${error.message}`);
         retrySoon();
-        return;
+        return undefined;
       }
       throw error;
     }
@@ -196,8 +225,9 @@ export async function runResident(input: {
       // Read again under the lock: an apply that held it may have recorded a new generation
       // since, and repairing to the one read before would revert it.
       const wrong = await diagnose();
-      if (wrong === undefined) return;
+      if (wrong === undefined) return undefined;
       const { generation, live, tableWrong } = wrong;
+      const detectedHash = live.present ? live.hash : null;
       // Forced: an edit the fingerprint saw may be in a set's elements, which a plain apply
       // leaves alone when the set's name is live.
       const result = await applier.apply(generation.artifacts, {
@@ -214,13 +244,13 @@ export async function runResident(input: {
           : live.hash !== generation.hash
             ? `table carried hash ${live.hash ?? 'none'}`
             : 'table was edited';
-        log('repaired-table', `${what} (${reason}): re-applied generation ${generation.number}`);
-      } else {
-        log(
-          'readded-routes',
-          `routes re-converged (${reason})${result.deferred.length > 0 ? `; still waiting: ${result.deferred.map(describeLiveProblem).join(', ')}` : ''}`,
-        );
+        const message = `${what} (${reason}): re-applied generation ${generation.number}`;
+        log('repaired-table', message);
+        return { what: 'table', detectedHash, generation: generation.number, message };
       }
+      const message = `routes re-converged (${reason})${result.deferred.length > 0 ? `; still waiting: ${result.deferred.map(describeLiveProblem).join(', ')}` : ''}`;
+      log('readded-routes', message);
+      return { what: 'routes', detectedHash, generation: generation.number, message };
     } finally {
       lock.release();
     }
@@ -281,7 +311,7 @@ export async function runResident(input: {
       .finally(() => {
         clearTimeout(held);
       })
-      .then(() => reconcile(reason))
+      .then(() => reconcile({ reason, trigger: event.kind }))
       .catch((error: unknown) => {
         log('error', `Cannot re-converge: ${(error as Error).message}`);
       });

@@ -3,7 +3,7 @@ import type { BackendRegistry } from '../backends/index.js';
 import type { HostFacts } from '../facts/index.js';
 import { lowerPolicy, type PolicyIR } from '../ir/index.js';
 import { hasErrors, parsePolicy, type PolicyIssue } from '../policy/index.js';
-import { compileBundle, digestBindingFacts } from './compile-bundle.js';
+import { bindingFactsOf, compileBundle, digestBindingFacts } from './compile-bundle.js';
 import { decodePolicyIr, encodePolicyIr } from './ir-codec.js';
 import {
   BUNDLE_FORMAT,
@@ -161,12 +161,15 @@ export function createHostIrBinder(
           message: `host "${target.hostName}" has not reported its facts yet`,
         };
       }
-      const factsDigest = digestBindingFacts(target.facts);
+      // The labels the controller holds (a bootstrap token's merged with the host's own) choose
+      // the classes, on the controller and on the agent alike: the bundle carries them.
+      const labels = { ...target.labels };
+      const factsDigest = digestBindingFacts(bindingFactsOf({ labels }, target.facts));
       const key = `${prepared.pushId}\n${factsDigest}`;
       let known = compiled.get(key);
       if (known === undefined) {
         const result = compileBundle(
-          { ir: prepared.encoded, options: prepared.options },
+          { ir: prepared.encoded, options: prepared.options, labels },
           target.facts,
           {
             ir: prepared.ir,
@@ -187,6 +190,7 @@ export function createHostIrBinder(
         ir: prepared.encoded,
         options: prepared.options,
         factsDigest: known.factsDigest,
+        labels,
       };
       return { ok: true, bundle, hash: known.hash };
     },

@@ -5,7 +5,7 @@ import { packagePath } from '../core/index.js';
 import { parseHostFacts, type HostFacts } from '../facts/index.js';
 import { compilePolicy, requirePolicy } from '../host/index.js';
 import { createHostIrBinder } from './bundle-binder.js';
-import { compileBundle, digestBindingFacts } from './compile-bundle.js';
+import { bindingFactsOf, compileBundle, digestBindingFacts } from './compile-bundle.js';
 import { decodePolicyIr } from './ir-codec.js';
 import { hostBundleSchema, type HostIrBundle } from './protocol.js';
 
@@ -34,7 +34,13 @@ function overTheWire(bundle: unknown): HostIrBundle {
   return parsed;
 }
 
-function bind(text: string, facts: HostFacts, options: Record<string, string> = {}) {
+/** Binds as the controller does: the host's labels are its facts' merged with its token's. */
+function bind(
+  text: string,
+  facts: HostFacts,
+  options: Record<string, string> = {},
+  tokenLabels: Record<string, string> = {},
+) {
   const binder = createHostIrBinder();
   const prepared = binder.preparePolicy({ text, source: 'policy.yaml', pushId: 'p1', options });
   if (!prepared.ok) throw new Error(prepared.issues.map((i) => i.message).join('; '));
@@ -42,7 +48,7 @@ function bind(text: string, facts: HostFacts, options: Record<string, string> = 
     hostName: facts.hostname,
     facts,
     factsDigest: null,
-    labels: {},
+    labels: { ...facts.labels, ...tokenLabels },
   });
 }
 
@@ -67,6 +73,33 @@ describe('host-IR bundles: the controller binds, the agent compiles the same thi
       expect(bound.bundle.factsDigest).toBe(digestBindingFacts(facts));
     },
   );
+
+  it('binds a class by a label the host has only from its bootstrap token, and the agent compiles the same', () => {
+    const { text: base, facts } = load('linux-vpn-gateway');
+    const text = base.replace(
+      '  internet:\n',
+      '  internet:\n    hosts: { labels: { site: berlin } }\n',
+    );
+    expect(text).not.toBe(base);
+    expect(facts.labels['site']).toBeUndefined();
+    const without = bind(text, facts);
+    const withToken = bind(text, facts, {}, { site: 'berlin' });
+    if (!without.ok || !withToken.ok) throw new Error('the policy does not bind');
+    expect(withToken.hash).not.toBe(without.hash);
+    const wire = overTheWire(withToken.bundle);
+    expect(wire.labels).toEqual({ role: 'vpn-gateway', site: 'berlin' });
+    // The agent's own facts lack the label: it binds with the bundle's, to the controller's hash.
+    const onAgent = compileBundle(wire, facts);
+    if (!onAgent.ok) throw new Error(onAgent.message);
+    expect(onAgent.compiled.hash).toBe(withToken.hash);
+    expect(onAgent.compiled.ir.classes.map((c) => c.name)).toContain('internet');
+    const bare = compileBundle(overTheWire(without.bundle), facts);
+    if (!bare.ok) throw new Error(bare.message);
+    expect(bare.compiled.ir.classes.map((c) => c.name)).not.toContain('internet');
+    // Not stale on the agent: the digest is of its facts with the bundle's labels.
+    expect(wire.factsDigest).toBe(digestBindingFacts(bindingFactsOf(wire, facts)));
+    expect(wire.factsDigest).not.toBe(digestBindingFacts(facts));
+  });
 
   it('changes the hash with a backend option alone (the steering priority), the policy unchanged', () => {
     const { text, facts } = load('linux-vpn-gateway');

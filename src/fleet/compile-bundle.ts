@@ -41,15 +41,25 @@ export function digestBindingFacts(facts: HostFacts): string {
 }
 
 /**
+ * The facts a bundle binds to on a host: the host's own, with the labels the controller holds for
+ * it when the bundle carries them (a bootstrap token's labels reach the host only this way). A
+ * controller could push any policy anyway: labels choose among its classes, nothing more.
+ */
+export function bindingFactsOf(bundle: Pick<HostIrBundle, 'labels'>, facts: HostFacts): HostFacts {
+  return bundle.labels === undefined ? facts : { ...facts, labels: { ...bundle.labels } };
+}
+
+/**
  * Binds the bundle's host-independent IR to these facts and compiles it with the backend the facts
  * choose, with the push's backend options; the controller does it to know each host's desired hash,
  * the agent to apply (its own compiler, its own facts). Deterministic: both get the same hash.
  */
 export function compileBundle(
-  bundle: Pick<HostIrBundle, 'ir' | 'options'>,
-  facts: HostFacts,
+  bundle: Pick<HostIrBundle, 'ir' | 'options' | 'labels'>,
+  hostFacts: HostFacts,
   options: { readonly registry?: BackendRegistry; readonly ir?: PolicyIR } = {},
 ): CompileBundleResult {
+  const facts = bindingFactsOf(bundle, hostFacts);
   let independent = options.ir;
   if (independent === undefined) {
     const decoded = decodePolicyIr(bundle.ir);

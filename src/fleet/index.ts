@@ -22,6 +22,7 @@ export {
   type PushInput,
 } from './bundle-binder.js';
 export {
+  bindingFactsOf,
   compileBundle,
   digestBindingFacts,
   type CompileBundleResult,

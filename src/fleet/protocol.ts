@@ -43,6 +43,14 @@ export const hostIrBundleSchema = z.strictObject({
   options: pushOptionsSchema,
   /** The digest of the binding facts (`digestBindingFacts`) the controller compiled for. */
   factsDigest: z.string().nullable(),
+  /**
+   * The host's labels as the controller holds them (its bootstrap token's and its own), which
+   * select the classes bound on it; absent: the host's own (`bindingFactsOf`).
+   */
+  labels: z
+    .record(z.string().max(128), z.string().max(256))
+    .refine((l) => Object.keys(l).length <= 64, 'at most 64 labels')
+    .optional(),
 });
 export type HostIrBundle = z.infer<typeof hostIrBundleSchema>;
 
@@ -77,13 +85,16 @@ export const enrollResponseSchema = z.strictObject({
 });
 export type EnrollResponse = z.infer<typeof enrollResponseSchema>;
 
+/** The longest wait a long poll may ask for, in seconds (a longer poll interval polls again). */
+export const MAX_POLL_WAIT_SECONDS = 120;
+
 /** The long poll's query: answer when any of these differs from the controller's view. */
 export const bundleQuerySchema = z.strictObject({
   hash: z.union([hash, z.literal('')]).default(''),
   retry: z.coerce.number().int().min(0).default(0),
   force: z.coerce.number().int().min(0).default(0),
   suspended: z.enum(['0', '1']).default('0'),
-  wait: z.coerce.number().int().min(0).max(120).default(0),
+  wait: z.coerce.number().int().min(0).max(MAX_POLL_WAIT_SECONDS).default(0),
 });
 export type BundleQuery = z.infer<typeof bundleQuerySchema>;
 
@@ -126,7 +137,13 @@ export const statusReportSchema = z.strictObject({
     .optional(),
   /** The live state differed from the applied state (and the agent repaired it). */
   drift: z
-    .strictObject({ detectedHash: hash.nullable(), repaired: z.boolean(), message: z.string() })
+    .strictObject({
+      detectedHash: hash.nullable(),
+      repaired: z.boolean(),
+      message: z.string().max(4096),
+      /** How many repairs this report stands for (the watchers' between polls); absent: one. */
+      repairs: z.number().int().positive().optional(),
+    })
     .optional(),
   counters: z.record(z.string().max(128), z.number()).default({}),
   tunnels: z.array(z.strictObject({ name: z.string().max(64), up: z.boolean() })).default([]),

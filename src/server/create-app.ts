@@ -259,6 +259,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     const report = statusReportSchema.parse(request.body);
     metrics.checkins.inc();
     await controller.reportStatus(identity.hostId, report);
+    if (report.drift?.repaired === true) metrics.driftRepairs.inc(report.drift.repairs ?? 1);
     return { ok: true };
   });
 

@@ -5,6 +5,7 @@ import type { Controller } from '../fleet/index.js';
 export interface ServerMetrics {
   readonly registry: Registry;
   readonly checkins: Counter;
+  readonly driftRepairs: Counter;
   readonly requestDuration: Histogram<'method' | 'route' | 'status'>;
 }
 
@@ -15,6 +16,11 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
   const checkins = new Counter({
     name: 'egressguard_fleet_checkins_total',
     help: 'Agent check-ins (bundle polls and status reports) served by this replica',
+    registers,
+  });
+  const driftRepairs = new Counter({
+    name: 'egressguard_fleet_drift_repairs_total',
+    help: 'Drift repairs agents reported to this replica (a watcher report may stand for several)',
     registers,
   });
   const requestDuration = new Histogram({
@@ -135,7 +141,7 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
     }
   }
 
-  return { registry, checkins, requestDuration };
+  return { registry, checkins, driftRepairs, requestDuration };
 }
 
 /** Runs `work` once for all callers that arrive while it runs. */
