@@ -153,6 +153,8 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         pending = await scheduleRevert({
           runner: input.runner,
           state: input.state,
+          backend: input.backend,
+          options: input.options,
           generation: number,
           previous: current?.number ?? null,
           seconds: input.confirm.seconds,
@@ -199,7 +201,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       if (pending !== undefined && (superseded !== undefined || (!committed && !partially))) {
         // Before the commit nothing went live, so there is nothing to revert. After it, a revert
         // still pending from before goes back further than this one would: it is put back below.
-        await cancelRevert({ runner: input.runner, state: input.state, pending });
+        await cancelRevert({ ...timerContext(input), pending });
       }
       // This apply did not go in: the confirmation it would have superseded still holds.
       if (superseded !== undefined && pending !== undefined) {
@@ -303,11 +305,21 @@ async function retire(
   options: { keepFile: boolean },
 ): Promise<void> {
   if (superseded.pending !== undefined) {
-    await cancelRevert({ runner: input.runner, state: input.state, pending: superseded.pending });
+    await cancelRevert({ ...timerContext(input), pending: superseded.pending });
   } else if (!options.keepFile) {
     // Unreadable: its timer cannot be stopped, but without the file it reverts nothing.
     removeFile(input.state.file(FILES.confirm));
   }
+}
+
+/** What starting or stopping a confirm timer takes of an apply. */
+function timerContext(input: ApplyInput) {
+  return {
+    runner: input.runner,
+    state: input.state,
+    backend: input.backend,
+    options: input.options,
+  };
 }
 
 /** The applied generation, or undefined when the state is missing or unreadable. */

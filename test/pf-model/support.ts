@@ -3,6 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { createPfctlModelRunner } from '../../src/backends/pf/pfctl-model-runner.js';
+import {
+  createMacosModelState,
+  type MacosModelState,
+} from '../../src/backends/pf/macos-model-shim.js';
 import type { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
 import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {
@@ -25,6 +29,8 @@ export function modelInterfaces(facts: HostFacts = FACTS): Record<string, string
 export interface PfModelHost {
   readonly dir: string;
   readonly model: PfctlModel;
+  /** The rest of the modelled Mac: launchd's jobs (the confirm timer's LaunchDaemons). */
+  readonly macos: MacosModelState;
   readonly runner: Runner;
   readonly faults: Faults;
   readonly target: HostTarget;
@@ -51,7 +57,8 @@ export function createPfModelHost(
       ...(options.files === undefined ? {} : { files: options.files }),
     });
   const faults = new Faults();
-  const runner = createPfctlModelRunner(model, { faults });
+  const macos = createMacosModelState();
+  const runner = createPfctlModelRunner(model, { faults, macos });
   const tokenFile = join(dir, 'pf-token.json');
   const target: HostTarget = {
     ...createHostTarget({
@@ -64,6 +71,7 @@ export function createPfModelHost(
   return {
     dir,
     model,
+    macos,
     runner,
     faults,
     target,

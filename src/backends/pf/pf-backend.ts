@@ -1,4 +1,5 @@
 import type { Backend } from '../backend.js';
+import { classifyLaunchctlCommand, createLaunchdConfirmTimer } from './launchd-confirm-timer.js';
 import { createPfApplier } from './pf-applier.js';
 import { ANCHOR_ARTIFACT, createPfCompiler, LOCKDOWN_ARTIFACT } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
@@ -10,7 +11,7 @@ import { pfUnits } from './pf-units.js';
 /**
  * macOS: one pf anchor (by default `com.apple/250.egressguard`, reached through the stock
  * `anchor "com.apple/*"` hooks, so pf.conf is never edited), loaded alone and atomically, kept
- * enabled by our own `-E` reference. pf does not run here: the applier and inspector are tested
+ * enabled by our own `-E` reference; the confirm timer is a one-shot LaunchDaemon. pf does not run here: the applier and inspector are tested
  * against the pfctl model (pfctl-model.ts), the compiler against the pf evaluator.
  */
 export const pfBackend: Backend = {
@@ -31,7 +32,7 @@ export const pfBackend: Backend = {
     const parsed = parsePfOptions(options);
     return `pf anchor "${parsed.anchor}" and the pf enable reference recorded in "${parsed.tokenFile}"`;
   },
-  classifyCommand: classifyPfctlCommand,
+  classifyCommand: (argv) => classifyPfctlCommand(argv) ?? classifyLaunchctlCommand(argv),
   createCompiler: createPfCompiler,
   createApplier(context) {
     const options = parsePfOptions(context.options);
@@ -42,5 +43,6 @@ export const pfBackend: Backend = {
     return createPfInspector(createPfctl(context.runner, options), options);
   },
   units: pfUnits,
+  confirmTimer: createLaunchdConfirmTimer(),
   selftest: createPfSelftest(),
 };
