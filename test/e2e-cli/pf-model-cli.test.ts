@@ -141,8 +141,6 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
       join(dir, 'state'),
       '--target',
       'pf',
-      '--anchor',
-      'com.apple/250.egressguard',
       '--pf-token-file',
       join(dir, 'pf-token.json'),
     ]);

@@ -5,6 +5,7 @@ import {
   type CommandOutcome,
   type LaunchctlModelState,
 } from './launchctl-model.js';
+import { runMacosHostTool, type MacosHostModel } from './macos-host-model.js';
 import { updateModelStateFile, writeModelStateFile } from './pfctl-model-store.js';
 
 /** The environment variable naming the macOS model state file the shims act on. */
@@ -12,15 +13,18 @@ export const MACOS_MODEL_STATE_ENV = 'EGRESSGUARD_MACOS_MODEL_STATE';
 
 /**
  * The state of a modelled Mac beyond pf (pf is the pfctl model's own file): launchd's loaded
- * jobs. A MODEL, for the shims under scripts/pfctl-model/ that stand in for macOS tools.
+ * jobs, and what the host tools facts are read with print. A MODEL, for the shims under
+ * scripts/pfctl-model/ that stand in for macOS tools.
  */
 export interface MacosModelState {
   readonly version: 1;
   readonly launchd: LaunchctlModelState;
+  /** Absent: the host tools are not modelled (`ifconfig` … exit 127). */
+  readonly host?: MacosHostModel;
 }
 
-export function createMacosModelState(): MacosModelState {
-  return { version: 1, launchd: { jobs: {}, log: [] } };
+export function createMacosModelState(host?: MacosHostModel): MacosModelState {
+  return { version: 1, launchd: { jobs: {}, log: [] }, ...(host === undefined ? {} : { host }) };
 }
 
 export function readMacosModelState(path: string): MacosModelState {
@@ -86,8 +90,11 @@ export function runMacosModel(
   switch (tool) {
     case 'launchctl':
       return new LaunchctlModel(state.launchd).run(argv, { readFile: readWithMode });
-    default:
-      return { exitCode: 127, stdout: '', stderr: `${tool}: not modelled\n` };
+    default: {
+      const hosted =
+        state.host === undefined ? undefined : runMacosHostTool(state.host, tool, argv);
+      return hosted ?? { exitCode: 127, stdout: '', stderr: `${tool}: not modelled\n` };
+    }
   }
 }
 

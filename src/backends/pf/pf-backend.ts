@@ -1,6 +1,7 @@
 import type { Backend } from '../backend.js';
 import { classifyLaunchctlCommand, createLaunchdConfirmTimer } from './launchd-confirm-timer.js';
 import { createPfApplier } from './pf-applier.js';
+import { pfDoctor } from './pf-doctor.js';
 import { ANCHOR_ARTIFACT, createPfCompiler, LOCKDOWN_ARTIFACT } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
 import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
@@ -42,6 +43,7 @@ export const pfBackend: Backend = {
     const options = parsePfOptions(context.options);
     return createPfInspector(createPfctl(context.runner, options), options);
   },
+  doctor: pfDoctor,
   units: pfUnits,
   confirmTimer: createLaunchdConfirmTimer(),
   selftest: createPfSelftest(),

@@ -260,6 +260,19 @@ function anchorPoints(anchor: string): string[] {
 
 /** Siblings that sort before ours (evaluated first, pf.conf.5:2562-2565) and hold a pass quick. */
 async function quickSiblings(pfctl: Pfctl, anchor: string): Promise<string[]> {
+  return (await listEarlierSiblings(pfctl, anchor))
+    .filter((s) => s.quick.length > 0)
+    .map(
+      (s) =>
+        `anchor "${s.anchor}" is evaluated before "${anchor}" and passes quick: ${s.quick.join('; ')}`,
+    );
+}
+
+/** The siblings of `anchor` that sort (and so are evaluated) before it, with their pass-quick rules. */
+export async function listEarlierSiblings(
+  pfctl: Pfctl,
+  anchor: string,
+): Promise<{ readonly anchor: string; readonly quick: readonly string[] }[]> {
   const slash = anchor.lastIndexOf('/');
   if (slash < 0) return [];
   const parent = anchor.slice(0, slash);
@@ -272,15 +285,11 @@ async function quickSiblings(pfctl: Pfctl, anchor: string): Promise<string[]> {
       .filter((l) => l !== ''),
     parent,
   ).filter((s) => s < anchor);
-  const out: string[] = [];
+  const out: { anchor: string; quick: string[] }[] = [];
   for (const sibling of siblings) {
     const rules = await pfctl.read(['-a', sibling, '-s', 'rules']);
     const quick = parseShownRules(rules.stdout).filter((r) => /^pass\b.*\bquick\b/.test(r.text));
-    if (quick.length > 0) {
-      out.push(
-        `anchor "${sibling}" is evaluated before "${anchor}" and passes quick: ${quick.map((r) => r.text).join('; ')}`,
-      );
-    }
+    out.push({ anchor: sibling, quick: quick.map((r) => r.text) });
   }
   return out;
 }
