@@ -178,7 +178,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         after = await inspector.read(input.artifacts);
         checkStamp(after, input.hash);
         if (!isConverged(after)) {
-          const missing = after.missing.filter((m) => m.waitingFor === null);
+          const missing = after.missing.filter(
+            (m) => m.waitingFor === null && m.until === undefined,
+          );
           throw new EgressguardError(
             'partially-applied',
             `Cannot finish the apply: routing did not converge after the firewall commit: ${[
@@ -264,10 +266,13 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
 
 /**
  * Every route and rule is live, except routes via a tunnel that is down (the kernel refuses them
- * until the link is up), and none is extra.
+ * until the link is up) and what waits for the next boot, and none is extra.
  */
 function isConverged(live: LiveState): boolean {
-  return live.missing.every((m) => m.waitingFor !== null) && live.unexpected.length === 0;
+  return (
+    live.missing.every((m) => m.waitingFor !== null || m.until !== undefined) &&
+    live.unexpected.length === 0
+  );
 }
 
 function checkStamp(live: LiveState, hash: string): void {

@@ -183,6 +183,11 @@ export interface LiveProblem {
   readonly waitingFor: string | null;
   /** The tunnel a missing route goes through, up or not (a gateway is not routable without it). */
   readonly through?: string;
+  /**
+   * What it waits for when that is not a tunnel (`the next boot`: a pf.conf stanza is read
+   * then), with `waitingFor` null; nothing can put it right before.
+   */
+  readonly until?: string;
 }
 
 /** What is live now, as the inspector reads it back. */

@@ -46,7 +46,13 @@ export interface PfModelHost {
  * with its own state directory: the apply layer (host lock, generations) runs for real.
  */
 export function createPfModelHost(
-  options: { model?: PfctlModel; pfConf?: string; files?: Record<string, string> } = {},
+  options: {
+    model?: PfctlModel;
+    pfConf?: string;
+    files?: Record<string, string>;
+    /** Backend options beyond the token file (`pfAttach`, `pfConf`). */
+    backendOptions?: Record<string, string>;
+  } = {},
 ): PfModelHost {
   const dir = mkdtempSync(join(tmpdir(), 'eg-pf-model-'));
   const model =
@@ -63,7 +69,7 @@ export function createPfModelHost(
   const target: HostTarget = {
     ...createHostTarget({
       stateDir: join(dir, 'state'),
-      options: { pfTokenFile: tokenFile },
+      options: { pfTokenFile: tokenFile, ...options.backendOptions },
       backend: 'pf',
     }),
     runner,
