@@ -226,7 +226,7 @@ export function diagnosePf(snapshot: PfDoctorSnapshot, options: PfOptions) {
         area: 'pf-conf',
         code: 'pf-conf-unmarked-stanza',
         message: `${options.pfConf} line ${line.line} names our anchor outside a marked block: ${line.text.trim()}`,
-        hint: 'an older installer wrote it; `egressguard apply --pf-attach stanza` migrates it into one marked block, `remove` deletes it',
+        hint: 'an older installer wrote it: delete it by hand, or let `egressguard apply --pf-attach stanza` (whose anchor it names) migrate it into one marked block',
       });
     }
     const loads = new Map<string, number[]>();
