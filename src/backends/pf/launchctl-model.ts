@@ -40,10 +40,6 @@ export interface CommandOutcome {
   readonly stderr: string;
 }
 
-export function createLaunchctlModelState(): LaunchctlModelState {
-  return { jobs: {}, log: [] };
-}
-
 export class LaunchctlModel {
   constructor(readonly state: LaunchctlModelState) {}
 
