@@ -143,6 +143,8 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
       'pf',
       '--pf-token-file',
       join(dir, 'pf-token.json'),
+      '--pf-conf',
+      '/etc/pf.conf',
     ]);
     const confirmed = await cli(['confirm']);
     expect(confirmed.exitCode, confirmed.stderr).toBe(0);
