@@ -16,6 +16,8 @@ export interface PfDoctorSnapshot {
   /** `pfctl -s rules` and `-s nat` of the main ruleset. */
   readonly mainRules: string;
   readonly mainNat: string;
+  /** `pfctl -a ANCHOR -s nat`: our anchor's translation rules (a missing nat-anchor matters then). */
+  readonly anchorNat: string;
   /** Siblings of our anchor that sort before it, with their `pass … quick` rules. */
   readonly earlierSiblings: readonly {
     readonly anchor: string;
@@ -46,11 +48,12 @@ export const pfDoctor: DoctorSupport = {
     const options = parsePfOptions(input.options);
     const pfctl = createPfctl(input.runner, options);
     const show = async (args: string[]) => (await pfctl.read(args)).stdout;
-    const [info, references, mainRules, mainNat, earlierSiblings] = await Promise.all([
+    const [info, references, mainRules, mainNat, anchorNat, earlierSiblings] = await Promise.all([
       show(['-s', 'info']),
       show(['-s', 'References']),
       show(['-s', 'rules']),
       show(['-s', 'nat']),
+      show(['-a', options.anchor, '-s', 'nat']),
       listEarlierSiblings(pfctl, options.anchor),
     ]);
     let pfConf: string | null;
@@ -65,6 +68,7 @@ export const pfDoctor: DoctorSupport = {
         references,
         mainRules,
         mainNat,
+        anchorNat,
         earlierSiblings,
         ownToken: readOwnToken(options.tokenFile)?.token ?? null,
         pfConf,
@@ -132,12 +136,12 @@ export function diagnosePf(snapshot: PfDoctorSnapshot, options: PfOptions) {
           ? 'attached by the pf.conf stanza'
           : 'attached without editing pf.conf: the stock com.apple/* hooks evaluate it',
     });
-    if (natHook === null) {
+    if (natHook === null && snapshot.anchorNat.trim() !== '') {
       add({
         severity: 'warning',
         area: 'attachment',
         code: 'nat-anchor-missing',
-        message: `no nat-anchor of the main ruleset reaches "${anchor}": NAT rules in it are never consulted`,
+        message: `no nat-anchor of the main ruleset reaches "${anchor}": its NAT rules are never consulted`,
         hint: `restore the stock nat-anchor "com.apple/*" line of /etc/pf.conf (it applies at the next boot), or keep NAT out of the policy`,
       });
     }
