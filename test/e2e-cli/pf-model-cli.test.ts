@@ -169,6 +169,26 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     expect(status.json).toMatchObject({ condition: 'InSync', liveHash: pending.json['hash'] });
   }, 600_000);
 
+  it('--pf-attach reaches the pf backend from the command line: plan shows the stanza, a bad mode is refused', async () => {
+    const conf = join(dir, 'legacy-pf.conf');
+    const legacy = readFileSync(
+      join(REPO, 'src/backends/pf/fixtures/macos-stock-legacy/pf.conf'),
+      'utf8',
+    );
+    writeFileSync(conf, legacy);
+    const plan = await cli(['plan', ...policy, '--pf-attach', 'stanza', '--pf-conf', conf]);
+    expect(plan.exitCode, plan.stderr).toBe(0);
+    expect(plan.json['changes']).toContain(
+      `~ "${conf}": one egressguard block attaching anchor "egressguard" from the next boot`,
+    );
+    expect(readFileSync(conf, 'utf8')).toBe(legacy); // plan writes nothing
+    const bad = await runCli(['plan', ...policy, '--pf-attach', 'conf', ...common], { env });
+    expect(bad.exitCode).toBe(2);
+    expect(JSON.parse(bad.stdout)).toMatchObject({
+      error: { code: 'usage', message: 'Cannot use --pf-attach "conf"' },
+    });
+  }, 600_000);
+
   it('selftest --backend pf runs its checks through the shim; the model sees no real packet', async () => {
     const result = await runCli(['selftest', '--backend', 'pf', '--json'], { env });
     const report = JSON.parse(result.stdout) as {
