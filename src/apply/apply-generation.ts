@@ -153,6 +153,8 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         pending = await scheduleRevert({
           runner: input.runner,
           state: input.state,
+          backend: input.backend,
+          options: input.options,
           generation: number,
           previous: current?.number ?? null,
           seconds: input.confirm.seconds,
@@ -176,7 +178,9 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         after = await inspector.read(input.artifacts);
         checkStamp(after, input.hash);
         if (!isConverged(after)) {
-          const missing = after.missing.filter((m) => m.waitingFor === null);
+          const missing = after.missing.filter(
+            (m) => m.waitingFor === null && m.until === undefined,
+          );
           throw new EgressguardError(
             'partially-applied',
             `Cannot finish the apply: routing did not converge after the firewall commit: ${[
@@ -199,7 +203,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       if (pending !== undefined && (superseded !== undefined || (!committed && !partially))) {
         // Before the commit nothing went live, so there is nothing to revert. After it, a revert
         // still pending from before goes back further than this one would: it is put back below.
-        await cancelRevert({ runner: input.runner, state: input.state, pending });
+        await cancelRevert({ ...timerContext(input), pending });
       }
       // This apply did not go in: the confirmation it would have superseded still holds.
       if (superseded !== undefined && pending !== undefined) {
@@ -262,10 +266,13 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
 
 /**
  * Every route and rule is live, except routes via a tunnel that is down (the kernel refuses them
- * until the link is up), and none is extra.
+ * until the link is up) and what waits for the next boot, and none is extra.
  */
 function isConverged(live: LiveState): boolean {
-  return live.missing.every((m) => m.waitingFor !== null) && live.unexpected.length === 0;
+  return (
+    live.missing.every((m) => m.waitingFor !== null || m.until !== undefined) &&
+    live.unexpected.length === 0
+  );
 }
 
 function checkStamp(live: LiveState, hash: string): void {
@@ -303,11 +310,21 @@ async function retire(
   options: { keepFile: boolean },
 ): Promise<void> {
   if (superseded.pending !== undefined) {
-    await cancelRevert({ runner: input.runner, state: input.state, pending: superseded.pending });
+    await cancelRevert({ ...timerContext(input), pending: superseded.pending });
   } else if (!options.keepFile) {
     // Unreadable: its timer cannot be stopped, but without the file it reverts nothing.
     removeFile(input.state.file(FILES.confirm));
   }
+}
+
+/** What starting or stopping a confirm timer takes of an apply. */
+function timerContext(input: ApplyInput) {
+  return {
+    runner: input.runner,
+    state: input.state,
+    backend: input.backend,
+    options: input.options,
+  };
 }
 
 /** The applied generation, or undefined when the state is missing or unreadable. */

@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import type { Backend, BackendOptions } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import {
@@ -25,6 +26,13 @@ export interface PendingConfirm {
   readonly timer:
     | { readonly kind: 'systemd'; readonly unit: string }
     | {
+        /** Kept by the backend's own service manager (a LaunchDaemon): its `confirmTimer`. */
+        readonly kind: 'backend';
+        readonly backend: string;
+        readonly id: string;
+        readonly file?: string;
+      }
+    | {
         readonly kind: 'process';
         readonly pid: number;
         /** Told apart from a later process with the same pid (see ProcessIdentity). */
@@ -33,13 +41,20 @@ export interface PendingConfirm {
       };
 }
 
+/** Where a backend's confirm timer keeps its files (a LaunchDaemon's plist), in the state dir. */
+const BACKEND_TIMER_DIR = 'confirm-timer';
+
 /**
  * Schedules the revert outside this process: a lost SSH session kills the CLI, which is exactly
- * when the revert must still happen. systemd-run where systemd runs, else a detached process.
+ * when the revert must still happen. The backend's own timer when it has one (a LaunchDaemon),
+ * else systemd-run where systemd runs, else a detached process.
  */
 export async function scheduleRevert(input: {
   runner: Runner;
   state: StateDir;
+  /** The backend applying; its `confirmTimer`, when it has one, keeps the timer. */
+  backend?: Backend;
+  options?: BackendOptions;
   generation: number;
   /** The generation live before `generation`, or null when there was none. */
   previous: number | null;
@@ -49,7 +64,20 @@ export async function scheduleRevert(input: {
 }): Promise<PendingConfirm> {
   const deadline = new Date(Date.now() + input.seconds * 1000).toISOString();
   let timer: PendingConfirm['timer'];
-  if (existsSync('/run/systemd/system')) {
+  const own = input.backend?.confirmTimer;
+  if (input.backend !== undefined && own !== undefined) {
+    const still = readPendingFile(input.state)?.pending?.timer;
+    const scheduled = await own.schedule({
+      runner: input.runner,
+      options: input.options ?? {},
+      dir: input.state.file(BACKEND_TIMER_DIR),
+      generation: input.generation,
+      seconds: input.seconds,
+      command: input.command,
+      keep: still?.kind === 'backend' ? [still] : [],
+    });
+    timer = { kind: 'backend', backend: input.backend.name, ...scheduled };
+  } else if (existsSync('/run/systemd/system')) {
     const unit = `egressguard-revert-${process.pid}-${input.generation}`;
     await input.runner.run(
       [
@@ -96,9 +124,18 @@ export function readPendingFile(state: StateDir): PendingFile | undefined {
   if (text === undefined) return undefined;
   try {
     const parsed = JSON.parse(text) as Partial<PendingConfirm> | null;
-    const timer = parsed?.timer as Partial<{ kind: string; unit: unknown; pid: unknown }> | null;
+    const timer = parsed?.timer as Partial<{
+      kind: string;
+      unit: unknown;
+      pid: unknown;
+      backend: unknown;
+      id: unknown;
+    }> | null;
     const isTimer =
       (timer?.kind === 'systemd' && typeof timer.unit === 'string') ||
+      (timer?.kind === 'backend' &&
+        typeof timer.backend === 'string' &&
+        typeof timer.id === 'string') ||
       (timer?.kind === 'process' && typeof timer.pid === 'number');
     if (!Number.isInteger(parsed?.generation) || !isTimer) return { text, pending: undefined };
     return { text, pending: parsed as PendingConfirm };
@@ -129,6 +166,9 @@ export function readPendingConfirm(state: StateDir): PendingConfirm | undefined 
 export async function confirmGeneration(input: {
   runner: Runner;
   state: StateDir;
+  /** The target's backend: its `confirmTimer` stops a timer it scheduled. */
+  backend?: Backend;
+  options?: BackendOptions;
 }): Promise<PendingConfirm> {
   const { state } = input;
   const lock = await acquireHostLockWaiting(state, 'confirm the applied generation', {
@@ -170,13 +210,32 @@ export async function cancelRevert(input: {
   runner: Runner;
   state: StateDir;
   pending: PendingConfirm;
+  backend?: Backend;
+  options?: BackendOptions;
 }): Promise<void> {
   const { pending } = input;
   // The file goes first: a timer that fires now finds nothing to revert.
   if (readPendingConfirm(input.state)?.generation === pending.generation) {
     removeFile(input.state.file(FILES.confirm));
   }
-  if (pending.timer.kind === 'systemd') {
+  if (pending.timer.kind === 'backend') {
+    const { timer } = pending;
+    const own = input.backend?.name === timer.backend ? input.backend.confirmTimer : undefined;
+    if (own === undefined) {
+      throw new EgressguardError(
+        'usage',
+        `Cannot stop the revert timer "${timer.id}": it was scheduled by backend "${timer.backend}", not by ${input.backend === undefined ? 'this command' : `"${input.backend.name}"`}`,
+        {
+          hint: `its pending file is gone, so when it fires it reverts nothing; run \`egressguard confirm --target ${timer.backend}\` to stop it`,
+        },
+      );
+    }
+    await own.cancel({
+      runner: input.runner,
+      options: input.options ?? {},
+      timer: { id: timer.id, ...(timer.file === undefined ? {} : { file: timer.file }) },
+    });
+  } else if (pending.timer.kind === 'systemd') {
     await input.runner.run(['systemctl', 'stop', `${pending.timer.unit}.timer`], {
       effect: 'change',
       allowFailure: true,

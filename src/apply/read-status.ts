@@ -63,7 +63,8 @@ export async function readStatus(input: {
     else if (live.fingerprint !== applied.fingerprint)
       reasons.push('the table was edited since it was applied');
     const waiting = live.missing.filter((m) => m.waitingFor !== null);
-    const missing = live.missing.filter((m) => m.waitingFor === null);
+    const later = live.missing.filter((m) => m.waitingFor === null && m.until !== undefined);
+    const missing = live.missing.filter((m) => m.waitingFor === null && m.until === undefined);
     if (missing.length > 0) reasons.push(`missing: ${missing.map((m) => m.what).join('; ')}`);
     if (live.unexpected.length > 0) {
       reasons.push(`unexpected: ${live.unexpected.map((m) => m.what).join('; ')}`);
@@ -73,6 +74,7 @@ export async function readStatus(input: {
       const what = waiting.filter((m) => m.waitingFor === tunnel).map((m) => m.what);
       reasons.push(`waiting for tunnel ${tunnel}: ${what.join('; ')}`);
     }
+    for (const m of later) reasons.push(`waiting for ${m.until ?? ''}: ${m.what}`);
   }
   return {
     condition,

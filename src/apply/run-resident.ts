@@ -168,7 +168,7 @@ export async function runResident(input: {
     const tunnelsUp = new Set(live.tunnels.filter((t) => t.state === 'up').map((t) => t.name));
     // Routes via a tunnel that is down cannot go in; those via one that is up must.
     const routesMissing = live.missing.some(
-      (m) => m.waitingFor === null || tunnelsUp.has(m.waitingFor),
+      (m) => (m.waitingFor === null && m.until === undefined) || tunnelsUp.has(m.waitingFor ?? ''),
     );
     if (!tableWrong && !routesMissing && live.unexpected.length === 0) return undefined;
     return { generation, live, tableWrong };

@@ -37,6 +37,11 @@ export interface Backend {
   readonly doctor?: DoctorSupport;
   readonly drops?: DropsSupport;
   readonly units?: UnitsSupport;
+  /**
+   * Present when the backend keeps the confirm-or-revert timer with its OS's own service manager
+   * (a one-shot LaunchDaemon); absent: the apply layer's timer (systemd-run, or a process).
+   */
+  readonly confirmTimer?: ConfirmTimerSupport;
   readonly prove?: ProveSupport;
   readonly selftest?: SelftestSupport;
   /** Present when the backend keeps state on a cluster from one of its nodes (`run --k8s`). */
@@ -178,6 +183,11 @@ export interface LiveProblem {
   readonly waitingFor: string | null;
   /** The tunnel a missing route goes through, up or not (a gateway is not routable without it). */
   readonly through?: string;
+  /**
+   * What it waits for when that is not a tunnel (`the next boot`: a pf.conf stanza is read
+   * then), with `waitingFor` null; nothing can put it right before.
+   */
+  readonly until?: string;
 }
 
 /** What is live now, as the inspector reads it back. */
@@ -323,6 +333,42 @@ export interface UnitsSupport {
     /** The policy `run` keeps converged; without it only the boot-time restore is rendered. */
     readonly policy?: string;
   }): Artifact[];
+}
+
+/** A revert timer a backend scheduled: what `cancel` needs to stop it, as data. */
+export interface ScheduledTimer {
+  /** Its name in the service manager (a LaunchDaemon's label). */
+  readonly id: string;
+  /** The definition file it wrote for it (a plist), if any. */
+  readonly file?: string;
+}
+
+/**
+ * The out-of-process confirm-or-revert timer, kept by the OS's service manager: it runs
+ * `command` once, `seconds` after `schedule`, unless `cancel` ran first. A lost SSH session
+ * kills the CLI, which is exactly when the revert must still happen.
+ */
+export interface ConfirmTimerSupport {
+  /** What it is, in words (`a one-shot LaunchDaemon`). */
+  readonly description: string;
+  schedule(input: {
+    readonly runner: Runner;
+    readonly options: BackendOptions;
+    /** A directory of the state directory the backend may keep the timer's files in. */
+    readonly dir: string;
+    readonly generation: number;
+    readonly seconds: number;
+    /** argv that reverts the generation (`egressguard restore --unconfirmed N …`). */
+    readonly command: readonly string[];
+    /** Timers still pending (a superseded confirmation put back if this apply fails): keep them. */
+    readonly keep: readonly ScheduledTimer[];
+  }): Promise<ScheduledTimer>;
+  /** Stops the timer and forgets it; a timer that is gone already is not an error. */
+  cancel(input: {
+    readonly runner: Runner;
+    readonly options: BackendOptions;
+    readonly timer: ScheduledTimer;
+  }): Promise<void>;
 }
 
 /** The lab a proof runs in, as far as a backend's harness needs it. */

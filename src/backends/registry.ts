@@ -40,6 +40,12 @@ export class BackendRegistry {
     return this.get(name);
   }
 
+  /** The OS a backend is the firewall of (`defaultFor`), if any: the host facts it reads. */
+  osOf(backend: Backend): HostFacts['os'] | undefined {
+    for (const [os, name] of this.byOs) if (name === backend.name) return os;
+    return undefined;
+  }
+
   names(): string[] {
     return [...this.backends.keys()];
   }

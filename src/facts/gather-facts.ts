@@ -2,7 +2,9 @@ import { hostname, release } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
+import { gatherDarwinFacts } from './gather-darwin-facts.js';
 import { parseHostFacts, type HostFacts } from './host-facts.js';
+import { hostOs } from './host-os.js';
 
 interface IpAddrJson {
   ifname: string;
@@ -33,8 +35,12 @@ export async function gatherFacts(
     labels?: Readonly<Record<string, string>>;
     tools?: boolean;
     readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
+    /** The OS of the host read (default: this machine's): the backend's, for `doctor`. */
+    os?: HostFacts['os'];
   } = {},
 ): Promise<HostFacts> {
+  const { os = hostOs(), ...rest } = options;
+  if (os === 'darwin') return gatherDarwinFacts(runner, rest);
   if (process.platform !== 'linux') {
     throw new EgressguardError('unsupported', `Cannot gather facts on ${process.platform} yet`, {
       hint: 'write facts.json by hand (see testdata/policies/valid/macos-runner-fleet/facts.json)',

@@ -12,6 +12,11 @@ describe('isReadOnlyCommand', () => {
     [['ip', '-N', '-j', '-4', 'rule', 'show']],
     [['tc', '-j', 'qdisc', 'show']],
     [['tc', '-j', 'filter', 'show', 'dev', 'eth0', 'ingress']],
+    [['/sbin/ifconfig']],
+    [['ifconfig', '-a']],
+    [['ifconfig', 'en0']],
+    [['/usr/sbin/netstat', '-rn', '-f', 'inet']],
+    [['/sbin/route', '-n', 'get', 'default']],
   ])('counts %j as a read', (argv) => {
     expect(isReadOnlyCommand(argv)).toBe(true);
   });
@@ -22,6 +27,11 @@ describe('isReadOnlyCommand', () => {
     [['tc', 'qdisc', 'add', 'dev', 'eth0', 'clsact']],
     [['tc', 'filter', 'del', 'dev', 'eth0', 'ingress']],
     [['tc', 'qdisc']],
+    [['ifconfig', 'en0', 'down']],
+    [['ifconfig', 'bridge100', 'addm', 'vmenet0']],
+    [['route', '-n', 'add', 'default', '198.51.100.1']],
+    [['route', 'flush']],
+    [['route', '-n']],
   ])('counts %j as a change', (argv) => {
     expect(isReadOnlyCommand(argv)).toBe(false);
   });

@@ -50,7 +50,17 @@ function isReadOnlyCommand(argv: readonly string[], input?: string): boolean {
     case 'systemd-analyze':
     case 'aclgen':
     case 'sw_vers':
+    case 'netstat':
       return true;
+    case 'ifconfig':
+      // A listing: flags only (-a, -l, -u, -d, -L), or one interface name and nothing else.
+      return (
+        args.every((a) => /^-[aludLvm]+$/.test(a)) ||
+        (args.length === 1 && !args[0]?.startsWith('-'))
+      );
+    case 'route':
+      // BSD route(8): `get` and `monitor` read; add, delete, change, flush write.
+      return ['get', 'monitor', 'show'].includes(args.find((a) => !a.startsWith('-')) ?? '');
     default:
       return false;
   }

@@ -1,4 +1,5 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execa } from 'execa';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -10,6 +11,16 @@ import {
   writePfctlModelState,
 } from '../../src/backends/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
+import { LAUNCHCTL_ENV } from '../../src/backends/pf/launchd-confirm-timer.js';
+import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
+import { readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
+import {
+  createMacosModelState,
+  MACOS_MODEL_STATE_ENV,
+  readMacosModelState,
+  updateMacosModelState,
+  writeMacosModelState,
+} from '../../src/backends/pf/macos-model-shim.js';
 import { REPO, runCli } from './run-cli.js';
 
 // `plan`/`apply`/`status`/`remove --json` through the built CLI on a modelled Mac: the CLI runs
@@ -28,9 +39,13 @@ writePfctlModelState(
     interfaces: { lo0: ['127.0.0.1/8'], en0: ['198.51.100.20/24'], bridge100: ['192.168.64.1/22'] },
   }).state,
 );
+const macosState = join(dir, 'macos.json');
+writeMacosModelState(macosState, createMacosModelState());
 const env = {
   [PFCTL_ENV]: join(REPO, 'scripts/pfctl-model/pfctl'),
   [PFCTL_MODEL_STATE_ENV]: modelState,
+  [LAUNCHCTL_ENV]: join(REPO, 'scripts/pfctl-model/launchctl'),
+  [MACOS_MODEL_STATE_ENV]: macosState,
 };
 const common = [
   '--state-dir',
@@ -99,6 +114,79 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     const gone = await cli(['status']);
     expect(gone.json).toMatchObject({ live: { present: false } });
     // Every pfctl call is a process of its own (the shim), on a shared, loaded machine.
+  }, 600_000);
+
+  it('apply --confirm-within schedules a LaunchDaemon, confirm boots it out, an unconfirmed one fired reverts', async () => {
+    const first = await cli(['apply', ...policy]);
+    expect(first.exitCode, first.stderr).toBe(0);
+    const changed = join(dir, 'changed.yaml');
+    writeFileSync(
+      changed,
+      readFileSync(join(CASE, 'policy.yaml'), 'utf8').replace('ports: [4000]', 'ports: [4001]'),
+    );
+    const other = [changed, '--facts', join(CASE, 'facts.json')];
+    const pending = await cli(['apply', ...other, '--confirm-within', '30s']);
+    expect(pending.exitCode, pending.stderr).toBe(0);
+    expect(pending.json['confirmBy']).toEqual(expect.any(String));
+    const labels = () => Object.keys(readMacosModelState(macosState).launchd.jobs);
+    expect(labels()).toHaveLength(1);
+    const job = Object.values(readMacosModelState(macosState).launchd.jobs)[0];
+    // The plist launchd read names the revert of this generation, on the same target.
+    expect(readLaunchDaemonPlist(job?.plist ?? '')).toMatchObject({ startInterval: 30 });
+    expect(job?.programArguments.slice(2)).toEqual([
+      'restore',
+      '--unconfirmed',
+      String(pending.json['generation']),
+      '--state-dir',
+      join(dir, 'state'),
+      '--target',
+      'pf',
+      '--pf-token-file',
+      join(dir, 'pf-token.json'),
+      '--pf-conf',
+      '/etc/pf.conf',
+    ]);
+    const confirmed = await cli(['confirm']);
+    expect(confirmed.exitCode, confirmed.stderr).toBe(0);
+    expect(confirmed.json).toEqual({ confirmed: pending.json['generation'] });
+    expect(labels()).toEqual([]);
+
+    // Back to the first policy, unconfirmed; its timer fires: the confirmed generation returns.
+    const unconfirmed = await cli(['apply', ...policy, '--confirm-within', '30s']);
+    expect(unconfirmed.exitCode, unconfirmed.stderr).toBe(0);
+    const [label] = labels();
+    const argv = updateMacosModelState(macosState, (state) =>
+      new LaunchctlModel(state.launchd).fire(label ?? ''),
+    );
+    if (argv === null) throw new Error('no LaunchDaemon to fire');
+    const [node = 'node', ...args] = argv;
+    const fired = await execa(node, args, { env: { NO_COLOR: '1', ...env }, reject: false });
+    expect(fired.exitCode, fired.stderr).toBe(0);
+    expect(fired.stdout).toContain(
+      `reverted generation ${String(unconfirmed.json['generation'])}: generation ${String(pending.json['generation'])} is live again`,
+    );
+    const status = await cli(['status']);
+    expect(status.json).toMatchObject({ condition: 'InSync', liveHash: pending.json['hash'] });
+  }, 600_000);
+
+  it('--pf-attach reaches the pf backend from the command line: plan shows the stanza, a bad mode is refused', async () => {
+    const conf = join(dir, 'legacy-pf.conf');
+    const legacy = readFileSync(
+      join(REPO, 'src/backends/pf/fixtures/macos-stock-legacy/pf.conf'),
+      'utf8',
+    );
+    writeFileSync(conf, legacy);
+    const plan = await cli(['plan', ...policy, '--pf-attach', 'stanza', '--pf-conf', conf]);
+    expect(plan.exitCode, plan.stderr).toBe(0);
+    expect(plan.json['changes']).toContain(
+      `~ "${conf}": one egressguard block attaching anchor "egressguard" from the next boot`,
+    );
+    expect(readFileSync(conf, 'utf8')).toBe(legacy); // plan writes nothing
+    const bad = await runCli(['plan', ...policy, '--pf-attach', 'conf', ...common], { env });
+    expect(bad.exitCode).toBe(2);
+    expect(JSON.parse(bad.stdout)).toMatchObject({
+      error: { code: 'usage', message: 'Cannot use --pf-attach "conf"' },
+    });
   }, 600_000);
 
   it('selftest --backend pf runs its checks through the shim; the model sees no real packet', async () => {

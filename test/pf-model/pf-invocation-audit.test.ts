@@ -1,7 +1,14 @@
 import { join } from 'node:path';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
+import {
+  confirmGeneration,
+  readStatus,
+  removeGeneration,
+  restoreGeneration,
+  revertUnconfirmed,
+} from '../../src/apply/index.js';
+import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js';
 import { PF_KILL_POINTS } from '../../src/backends/pf/pf-applier.js';
@@ -44,6 +51,20 @@ const ALLOWED: readonly ((args: readonly string[]) => boolean)[] = [
   (a) => a.length === 2 && a[0] === '-X' && /^\d+$/.test(a[1] ?? ''),
   (a) => a.length === 2 && a[0] === '-k' && /^[0-9a-f.:]+\/\d+$/.test(a[1] ?? ''),
   (a) => same(a, ['-a', A, '-F', 'all']),
+];
+
+// The confirm timer's LaunchDaemon (launchd-confirm-timer.ts): bootstrapped from the state
+// directory, booted out by label; nothing else of launchctl.
+const REVERT_LABEL = /^dev\.egressguard\.revert\.[0-9a-f]{8}\.\d+$/;
+const LAUNCHCTL_ALLOWED: readonly ((args: readonly string[]) => boolean)[] = [
+  (a) =>
+    a.length === 3 &&
+    same(a.slice(0, 2), ['bootstrap', 'system']) &&
+    /\/confirm-timer\/dev\.egressguard\.revert\.[0-9a-f]{8}\.\d+\.plist$/.test(a[2] ?? ''),
+  (a) =>
+    a.length === 2 &&
+    a[0] === 'bootout' &&
+    REVERT_LABEL.test((a[1] ?? '').replace(/^system\//, '')),
 ];
 
 function same(a: readonly string[], b: readonly string[]): boolean {
@@ -104,6 +125,30 @@ describe('pfctl invocation audit', () => {
     await attempt('apply a change', () =>
       applyPrepared(h.target, h.prepare(changedPolicy(h, 4003))),
     );
+    const revertCommand = (g: number) => ['egressguard', 'restore', '--unconfirmed', String(g)];
+    await attempt('apply a change with a confirm window', () =>
+      applyPrepared(h.target, h.prepare(changedPolicy(h, 4004)), {
+        confirm: { seconds: 30, revertCommand },
+      }),
+    );
+    await attempt('confirm', () => confirmGeneration(context));
+    await fault('before-pf-load', 'apply with a confirm window, fault before the load', () =>
+      applyPrepared(h.target, h.prepare(changedPolicy(h, 4005)), {
+        confirm: { seconds: 30, revertCommand },
+      }),
+    );
+    await attempt('apply a change with a confirm window, unconfirmed', () =>
+      applyPrepared(h.target, h.prepare(changedPolicy(h, 4006)), {
+        confirm: { seconds: 30, revertCommand },
+      }),
+    );
+    await attempt('its LaunchDaemon fires: revert', async () => {
+      const launchd = new LaunchctlModel(h.macos.launchd);
+      const [label] = Object.keys(h.macos.launchd.jobs);
+      const argv = launchd.fire(label ?? '');
+      if (argv === null) throw new Error('no LaunchDaemon to fire');
+      return revertUnconfirmed({ ...context, generation: Number(argv[3]) });
+    });
     h.model.insertSystemRules('com.apple/100.other', 'pass in quick on bridge100 all\n');
     await attempt('status', () => readStatus(context));
     h.model.reboot();
@@ -122,6 +167,11 @@ describe('pfctl invocation audit', () => {
       'apply a change, fault after the load: partially-applied',
       'apply a change, fault after the reference: partially-applied',
       'apply a change: ok',
+      'apply a change with a confirm window: ok',
+      'confirm: ok',
+      'apply with a confirm window, fault before the load: fault-injected',
+      'apply a change with a confirm window, unconfirmed: ok',
+      'its LaunchDaemon fires: revert: ok',
       'status: ok',
       'restore after a reboot: ok',
       'remove: ok',
@@ -130,9 +180,28 @@ describe('pfctl invocation audit', () => {
     ]);
     // Every fault point of the applier was reached on some path.
     for (const point of PF_KILL_POINTS) expect(h.faults.history).toContain(point);
-    const calls = h.runner.invocations.map((i) => i.argv.slice(1));
+    const launchctl = h.runner.invocations
+      .filter((i) => i.argv[0] === '/bin/launchctl')
+      .map((i) => i.argv.slice(1));
+    // Three schedules; the confirm and the fault before the load each boot one out.
+    expect(launchctl.map((a) => a[0])).toEqual([
+      'bootstrap',
+      'bootout',
+      'bootstrap',
+      'bootout',
+      'bootstrap',
+    ]);
+    expect(launchctl.filter((a) => !LAUNCHCTL_ALLOWED.some((allowed) => allowed(a)))).toEqual([]);
+    const calls = h.runner.invocations
+      .filter((i) => i.argv[0] !== '/bin/launchctl')
+      .map((i) => i.argv.slice(1));
     expect(calls.length).toBeGreaterThan(50);
-    expect(h.runner.invocations.every((i) => i.argv[0] === '/sbin/pfctl')).toBe(true);
+    expect(calls.length + launchctl.length).toBe(h.runner.invocations.length);
+    expect(
+      h.runner.invocations.every(
+        (i) => i.argv[0] === '/sbin/pfctl' || i.argv[0] === '/bin/launchctl',
+      ),
+    ).toBe(true);
     const other = calls.filter((args) => !ALLOWED.some((allowed) => allowed(args)));
     expect(other).toEqual([]);
     expect(calls.flatMap((args) => findForbiddenPfctlForms(args))).toEqual([]);

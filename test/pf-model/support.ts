@@ -3,6 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { createPfctlModelRunner } from '../../src/backends/pf/pfctl-model-runner.js';
+import {
+  createMacosModelState,
+  type MacosModelState,
+} from '../../src/backends/pf/macos-model-shim.js';
 import type { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
 import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {
@@ -25,6 +29,8 @@ export function modelInterfaces(facts: HostFacts = FACTS): Record<string, string
 export interface PfModelHost {
   readonly dir: string;
   readonly model: PfctlModel;
+  /** The rest of the modelled Mac: launchd's jobs (the confirm timer's LaunchDaemons). */
+  readonly macos: MacosModelState;
   readonly runner: Runner;
   readonly faults: Faults;
   readonly target: HostTarget;
@@ -40,7 +46,13 @@ export interface PfModelHost {
  * with its own state directory: the apply layer (host lock, generations) runs for real.
  */
 export function createPfModelHost(
-  options: { model?: PfctlModel; pfConf?: string; files?: Record<string, string> } = {},
+  options: {
+    model?: PfctlModel;
+    pfConf?: string;
+    files?: Record<string, string>;
+    /** Backend options beyond the token file (`pfAttach`, `pfConf`). */
+    backendOptions?: Record<string, string>;
+  } = {},
 ): PfModelHost {
   const dir = mkdtempSync(join(tmpdir(), 'eg-pf-model-'));
   const model =
@@ -51,12 +63,13 @@ export function createPfModelHost(
       ...(options.files === undefined ? {} : { files: options.files }),
     });
   const faults = new Faults();
-  const runner = createPfctlModelRunner(model, { faults });
+  const macos = createMacosModelState();
+  const runner = createPfctlModelRunner(model, { faults, macos });
   const tokenFile = join(dir, 'pf-token.json');
   const target: HostTarget = {
     ...createHostTarget({
       stateDir: join(dir, 'state'),
-      options: { pfTokenFile: tokenFile },
+      options: { pfTokenFile: tokenFile, ...options.backendOptions },
       backend: 'pf',
     }),
     runner,
@@ -64,6 +77,7 @@ export function createPfModelHost(
   return {
     dir,
     model,
+    macos,
     runner,
     faults,
     target,

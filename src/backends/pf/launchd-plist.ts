@@ -216,6 +216,40 @@ export function lintLaunchdPlist(xml: string): string[] {
   return problems;
 }
 
+/**
+ * Reads back what launchd takes of a plist egressguard writes (the launchctl model reads it at
+ * bootstrap, as launchd does): the label, the arguments and the timing keys. Throws with the
+ * lint's problems when the plist is not valid.
+ */
+export function readLaunchDaemonPlist(xml: string): LaunchDaemon {
+  const problems = lintLaunchdPlist(xml);
+  const root = problems.length === 0 ? parseXml(xml, problems) : null;
+  const value = root?.children[0] === undefined ? null : readValue(root.children[0], problems);
+  if (value?.kind !== 'dict' || problems.length > 0) {
+    throw new Error(`not a valid LaunchDaemon plist: ${problems.join('; ') || 'no dict'}`);
+  }
+  const text = (key: string): string | undefined => {
+    const entry = value.entries.get(key);
+    return entry !== undefined && 'text' in entry ? entry.text.trim() : undefined;
+  };
+  const flag = (key: string): boolean | undefined => {
+    const entry = value.entries.get(key);
+    return entry?.kind === 'bool' ? entry.value : undefined;
+  };
+  const args = value.entries.get('ProgramArguments');
+  const interval = text('StartInterval');
+  const runAtLoad = flag('RunAtLoad');
+  const launchOnlyOnce = flag('LaunchOnlyOnce');
+  return {
+    label: text('Label') ?? '',
+    programArguments:
+      args?.kind === 'array' ? args.items.map((i) => ('text' in i ? i.text : '')) : [],
+    ...(runAtLoad === undefined ? {} : { runAtLoad }),
+    ...(interval === undefined ? {} : { startInterval: Number(interval) }),
+    ...(launchOnlyOnce === undefined ? {} : { launchOnlyOnce }),
+  };
+}
+
 function parseXml(xml: string, problems: string[]): XmlElement | null {
   const parser = new SaxesParser({ xmlns: false, position: true });
   const stack: XmlElement[] = [];

@@ -1,7 +1,9 @@
+import { readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { createStepTimer, EgressguardError } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import type { Applier, Artifact } from '../backend.js';
-import { anchorText, readDesiredAnchor, readLiveAnchor } from './pf-inspector.js';
+import { anchorText, checkConsulted, readDesiredAnchor, readLiveAnchor } from './pf-inspector.js';
+import { installPfConfStanza, removePfConfStanza } from './pf-conf-stanza.js';
 import type { PfOptions } from './pf-options.js';
 import { forgetOwnToken, readOwnToken, writeOwnToken } from './pf-token.js';
 import { parseEnableToken, parseReferenceTokens, type Pfctl } from './pfctl-command.js';
@@ -57,6 +59,39 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
     return true;
   };
 
+  /**
+   * `--pf-attach stanza`: the one marked block in pf.conf that attaches our top-level anchor
+   * (pf-conf-stanza.ts), its nat-anchor line only when the anchor holds NAT. Only this path
+   * writes pf.conf, and nothing loads it: pf reads it at the next boot (never `pfctl -f
+   * /etc/pf.conf`, DESIGN.md §1A). Checked before anything changes: a block that cannot be
+   * placed is a usage error and pf.conf and pf stay as they were.
+   */
+  const planStanza = (artifacts: readonly Artifact[] | null) => {
+    const text = readPfConf(options.pfConf);
+    const outcome =
+      artifacts === null
+        ? removePfConfStanza(text, anchor)
+        : installPfConfStanza(text, {
+            anchor,
+            lines: [
+              ...(readDesiredAnchor(anchorText(artifacts), anchor).natRules > 0
+                ? [`nat-anchor "${anchor}"`]
+                : []),
+              `anchor "${anchor}"`,
+            ],
+          });
+    if (!outcome.ok) {
+      throw new EgressguardError(
+        'usage',
+        `Cannot ${artifacts === null ? 'remove the egressguard block from' : 'attach anchor "' + anchor + '" in'} "${options.pfConf}"${outcome.problem.line === null ? '' : ` (line ${outcome.problem.line})`}: ${outcome.problem.message}`,
+        {
+          hint: 'nothing changed; apply with --pf-attach anchor (the default) to leave pf.conf alone',
+        },
+      );
+    }
+    return outcome.result;
+  };
+
   const killStates = async (artifacts: readonly Artifact[]): Promise<void> => {
     for (const prefix of readDesiredAnchor(anchorText(artifacts), anchor).sourcePrefixes) {
       if (prefix.startsWith('!')) continue;
@@ -87,6 +122,18 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       if (own === null || !parseReferenceTokens(listed.stdout).includes(own.token)) {
         changes.push('+ pf enable reference of our own (pfctl -E)');
       }
+      if (options.attach === 'stanza') {
+        try {
+          const stanza = planStanza(artifacts);
+          if (stanza.changed) {
+            changes.push(
+              `~ "${options.pfConf}": one egressguard block attaching anchor "${anchor}" from the next boot${stanza.migrated.length === 0 ? '' : ` (${stanza.migrated.length} older lines migrated)`}`,
+            );
+          }
+        } catch (error) {
+          problems.push((error as Error).message);
+        }
+      }
       return { changes, problems };
     },
 
@@ -108,8 +155,10 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
           },
         );
       }
+      const stanza = options.attach === 'stanza' ? planStanza(artifacts) : null;
       const before = await timer.time('read live', () => readLiveAnchor(pfctl, anchor));
       await runner.faults.hit('before-pf-load');
+      if (stanza?.changed === true) writePfConf(options.pfConf, stanza.text);
       await timer.time('load', () => load(text));
       try {
         await runner.faults.hit('after-pf-load');
@@ -121,7 +170,14 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         if (after.fingerprint !== before.fingerprint || applyOptions.force === true) {
           await timer.time('kill states', () => killStates(artifacts));
         }
-        return { deferred: [] };
+        // A stanza attaches from the next boot: say so, as what the apply waits for.
+        const deferred =
+          stanza === null
+            ? []
+            : (await checkConsulted(pfctl, options, after.nat.length > 0)).filter(
+                (p) => p.until !== undefined,
+              );
+        return { deferred };
       } catch (error) {
         if (applyOptions.previous !== undefined) await load(anchorText(applyOptions.previous));
         throw new EgressguardError(
@@ -139,6 +195,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
 
     async remove() {
       const removed: string[] = [];
+      const stanza = options.attach === 'stanza' ? planStanza(null) : null;
       const live = await readLiveAnchor(pfctl, anchor);
       if (live.exists) {
         // `-F all` with `-a`: this anchor's rules, NAT and tables only (F93 pfctl.c main).
@@ -155,9 +212,37 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         }
         forgetOwnToken(options.tokenFile);
       }
+      if (stanza?.changed === true) {
+        writePfConf(options.pfConf, stanza.text);
+        removed.push(
+          `the egressguard block of "${options.pfConf}" (${stanza.migrated.length === 0 ? 'marked' : `and ${stanza.migrated.length} older lines`})`,
+        );
+      }
       return { removed };
     },
   };
+}
+
+function readPfConf(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot read "${path}" to attach the anchor with a stanza`,
+      {
+        cause: error,
+        hint: 'run as root, or point --pf-conf at the pf.conf macOS loads at boot',
+      },
+    );
+  }
+}
+
+/** Atomically, keeping the file's mode: a crash leaves the old pf.conf or the new one. */
+function writePfConf(path: string, text: string): void {
+  const temporary = `${path}.egressguard.${process.pid}.tmp`;
+  writeFileSync(temporary, text, { mode: statSync(path).mode & 0o7777 });
+  renameSync(temporary, path);
 }
 
 /** pfctl's message without the warnings it prints on every `-f` (PFCTL_LOAD_WARNING, ALTQ). */

@@ -1,5 +1,7 @@
 import type { Backend } from '../backend.js';
+import { classifyLaunchctlCommand, createLaunchdConfirmTimer } from './launchd-confirm-timer.js';
 import { createPfApplier } from './pf-applier.js';
+import { pfDoctor } from './pf-doctor.js';
 import { ANCHOR_ARTIFACT, createPfCompiler, LOCKDOWN_ARTIFACT } from './pf-compiler.js';
 import { createPfInspector } from './pf-inspector.js';
 import { parsePfOptions, PF_OPTIONS } from './pf-options.js';
@@ -10,7 +12,7 @@ import { pfUnits } from './pf-units.js';
 /**
  * macOS: one pf anchor (by default `com.apple/250.egressguard`, reached through the stock
  * `anchor "com.apple/*"` hooks, so pf.conf is never edited), loaded alone and atomically, kept
- * enabled by our own `-E` reference. pf does not run here: the applier and inspector are tested
+ * enabled by our own `-E` reference; the confirm timer is a one-shot LaunchDaemon. pf does not run here: the applier and inspector are tested
  * against the pfctl model (pfctl-model.ts), the compiler against the pf evaluator.
  */
 export const pfBackend: Backend = {
@@ -31,7 +33,7 @@ export const pfBackend: Backend = {
     const parsed = parsePfOptions(options);
     return `pf anchor "${parsed.anchor}" and the pf enable reference recorded in "${parsed.tokenFile}"`;
   },
-  classifyCommand: classifyPfctlCommand,
+  classifyCommand: (argv) => classifyPfctlCommand(argv) ?? classifyLaunchctlCommand(argv),
   createCompiler: createPfCompiler,
   createApplier(context) {
     const options = parsePfOptions(context.options);
@@ -41,6 +43,8 @@ export const pfBackend: Backend = {
     const options = parsePfOptions(context.options);
     return createPfInspector(createPfctl(context.runner, options), options);
   },
+  doctor: pfDoctor,
   units: pfUnits,
+  confirmTimer: createLaunchdConfirmTimer(),
   selftest: createPfSelftest(),
 };

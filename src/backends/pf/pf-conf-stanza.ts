@@ -160,3 +160,33 @@ function placeBlock(
       ': split translation and filtering, or attach through the com.apple/* anchors',
   };
 }
+
+/** What pf.conf holds of egressguard's: its marked blocks and unmarked lines naming `anchor`. */
+export function findPfConfStanzas(
+  text: string,
+  anchor: string,
+): {
+  readonly blocks: readonly { readonly begin: number; readonly end: number | null }[];
+  readonly unmarked: readonly { readonly line: number; readonly text: string }[];
+} {
+  const blocks: { begin: number; end: number | null }[] = [];
+  const unmarked: { line: number; text: string }[] = [];
+  let open: { begin: number; end: number | null } | null = null;
+  for (const [index, raw] of text.split('\n').entries()) {
+    const line = raw.replace(/\r$/, '');
+    if (open !== null) {
+      if (line.startsWith(STANZA_END)) {
+        open.end = index + 1;
+        open = null;
+      }
+      continue;
+    }
+    if (line.startsWith('# BEGIN egressguard')) {
+      open = { begin: index + 1, end: null };
+      blocks.push(open);
+    } else if (namesAnchor(line, anchor)) {
+      unmarked.push({ line: index + 1, text: line });
+    }
+  }
+  return { blocks, unmarked };
+}

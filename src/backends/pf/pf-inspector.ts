@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { EgressguardError } from '../../core/index.js';
 import type { Artifact, Inspector, LiveCounter, LiveProblem, LiveState } from '../backend.js';
 import { loadPfConfText } from './expand-pf-rules.js';
 import { formatPrefix } from './format-pf-rule.js';
 import { ANCHOR_ARTIFACT, HASH_LABEL_PREFIXES, SOURCE_TABLE_PREFIX } from './pf-compiler.js';
+import { findPfConfStanzas } from './pf-conf-stanza.js';
 import type { PfOptions } from './pf-options.js';
 import { listChildAnchors } from './pf-evaluator.js';
 import {
@@ -182,7 +184,7 @@ export function createPfInspector(pfctl: Pfctl, options: PfOptions): Inspector {
 
       const collisions: string[] = [];
       if (live.exists) {
-        missing.push(...(await checkConsulted(pfctl, options.anchor, live.nat.length > 0)));
+        missing.push(...(await checkConsulted(pfctl, options, live.nat.length > 0)));
         collisions.push(...(await quickSiblings(pfctl, options.anchor)));
         missing.push(...(await checkReference(pfctl, options.tokenFile)));
       }
@@ -220,12 +222,19 @@ export function createPfInspector(pfctl: Pfctl, options: PfOptions): Inspector {
  * name or through a wildcard point on its parent (`anchor "com.apple/*"` in stock pf.conf,
  * NOTES.md §5), for filtering and, when we translate, for NAT.
  */
-async function checkConsulted(
+export async function checkConsulted(
   pfctl: Pfctl,
-  anchor: string,
+  options: PfOptions,
   hasNat: boolean,
 ): Promise<LiveProblem[]> {
+  const { anchor } = options;
   const problems: LiveProblem[] = [];
+  // A pf.conf stanza of ours attaches the anchor when macOS next loads pf.conf, at boot: nothing
+  // egressguard may run attaches it before (never `pfctl -f /etc/pf.conf`, DESIGN.md §1A).
+  const until =
+    options.attach === 'stanza' && hasOwnStanza(options)
+      ? { until: 'the next boot, when macOS loads pf.conf' }
+      : {};
   const info = await pfctl.read(['-s', 'info']);
   if (!/Status:\s*Enabled/.test(info.stdout)) {
     problems.push({ what: 'pf is disabled: no rule of ours is consulted', waitingFor: null });
@@ -238,6 +247,7 @@ async function checkConsulted(
     problems.push({
       what: `an anchor point in the main ruleset that reaches "${anchor}" (anchor "${points.join('" or "')}"): our rules are loaded but not consulted`,
       waitingFor: null,
+      ...until,
     });
   }
   if (hasNat) {
@@ -246,10 +256,21 @@ async function checkConsulted(
       problems.push({
         what: `a nat-anchor point in the main ruleset that reaches "${anchor}": our NAT is loaded but not consulted`,
         waitingFor: null,
+        ...until,
       });
     }
   }
   return problems;
+}
+
+function hasOwnStanza(options: PfOptions): boolean {
+  try {
+    return (
+      findPfConfStanzas(readFileSync(options.pfConf, 'utf8'), options.anchor).blocks.length > 0
+    );
+  } catch {
+    return false;
+  }
 }
 
 /** The main-ruleset anchor points that evaluate `anchor`: its own name, or `parent/*`. */
@@ -260,6 +281,19 @@ function anchorPoints(anchor: string): string[] {
 
 /** Siblings that sort before ours (evaluated first, pf.conf.5:2562-2565) and hold a pass quick. */
 async function quickSiblings(pfctl: Pfctl, anchor: string): Promise<string[]> {
+  return (await listEarlierSiblings(pfctl, anchor))
+    .filter((s) => s.quick.length > 0)
+    .map(
+      (s) =>
+        `anchor "${s.anchor}" is evaluated before "${anchor}" and passes quick: ${s.quick.join('; ')}`,
+    );
+}
+
+/** The siblings of `anchor` that sort (and so are evaluated) before it, with their pass-quick rules. */
+export async function listEarlierSiblings(
+  pfctl: Pfctl,
+  anchor: string,
+): Promise<{ readonly anchor: string; readonly quick: readonly string[] }[]> {
   const slash = anchor.lastIndexOf('/');
   if (slash < 0) return [];
   const parent = anchor.slice(0, slash);
@@ -272,15 +306,11 @@ async function quickSiblings(pfctl: Pfctl, anchor: string): Promise<string[]> {
       .filter((l) => l !== ''),
     parent,
   ).filter((s) => s < anchor);
-  const out: string[] = [];
+  const out: { anchor: string; quick: string[] }[] = [];
   for (const sibling of siblings) {
     const rules = await pfctl.read(['-a', sibling, '-s', 'rules']);
     const quick = parseShownRules(rules.stdout).filter((r) => /^pass\b.*\bquick\b/.test(r.text));
-    if (quick.length > 0) {
-      out.push(
-        `anchor "${sibling}" is evaluated before "${anchor}" and passes quick: ${quick.map((r) => r.text).join('; ')}`,
-      );
-    }
+    out.push({ anchor: sibling, quick: quick.map((r) => r.text) });
   }
   return out;
 }

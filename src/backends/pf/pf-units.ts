@@ -41,7 +41,8 @@ export const pfUnits: UnitsSupport = {
             ...base,
             'apply',
             input.policy,
-            // Facts are not gathered on macOS yet: they are read from beside the policy.
+            // A reviewed facts file beside the policy: live macOS facts are verified only against
+            // hand-written tool output (docs/macos.md).
             '--facts',
             join(dirname(input.policy), 'facts.json'),
             '--state-dir',

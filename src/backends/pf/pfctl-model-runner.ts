@@ -1,16 +1,22 @@
 import { EgressguardError } from '../../core/index.js';
 import { Faults, type Invocation, type Runner } from '../../runner/index.js';
+import { runMacosModel, type MacosModelState } from './macos-model-shim.js';
 import type { PfctlModel } from './pfctl-model.js';
 
 /**
- * A runner whose `pfctl` is the pfctl MODEL in this process (pfctl-model.ts), for tests of the
- * applier and inspector: pf does not run on Linux. It behaves as the real runner does for the
- * command lines it gets (records each, throws `command-failed` on a non-zero exit unless
+ * A runner whose `pfctl` is the pfctl MODEL in this process (pfctl-model.ts), and whose macOS
+ * tools (launchctl) are the macOS model's when `macos` is given, for tests of the applier,
+ * inspector and confirm timer: pf does not run on Linux. It behaves as the real runner does for
+ * the command lines it gets (records each, throws `command-failed` on a non-zero exit unless
  * allowed); any other program is refused, so a test sees every command the backend runs.
  */
 export function createPfctlModelRunner(
   model: PfctlModel,
-  options: { readonly faults?: Faults; readonly pid?: number } = {},
+  options: {
+    readonly faults?: Faults;
+    readonly pid?: number;
+    readonly macos?: MacosModelState;
+  } = {},
 ): Runner {
   const invocations: Invocation[] = [];
   const faults = options.faults ?? new Faults();
@@ -20,7 +26,8 @@ export function createPfctlModelRunner(
     invocations,
     run(argv, runOptions) {
       const [program, ...args] = argv;
-      if (program?.split('/').pop() !== 'pfctl') {
+      const tool = program?.split('/').pop() ?? '';
+      if (tool !== 'pfctl' && options.macos === undefined) {
         return Promise.reject(
           new EgressguardError(
             'usage',
@@ -28,10 +35,13 @@ export function createPfctlModelRunner(
           ),
         );
       }
-      const result = model.run(args, {
-        ...(runOptions.input === undefined ? {} : { stdin: runOptions.input }),
-        pid: options.pid ?? 4242,
-      });
+      const result =
+        tool === 'pfctl'
+          ? model.run(args, {
+              ...(runOptions.input === undefined ? {} : { stdin: runOptions.input }),
+              pid: options.pid ?? 4242,
+            })
+          : runMacosModel(options.macos as MacosModelState, tool, args);
       invocations.push({
         argv: [...argv],
         netns: null,

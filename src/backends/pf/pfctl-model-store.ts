@@ -42,6 +42,11 @@ export function readPfctlModelState(path: string): PfctlModelState {
 }
 
 export function writePfctlModelState(path: string, state: PfctlModelState): void {
+  writeModelStateFile(path, state);
+}
+
+/** Writes a model's state atomically (write, then rename). */
+export function writeModelStateFile(path: string, state: unknown): void {
   const temporary = `${path}.${process.pid}.tmp`;
   writeFileSync(temporary, `${JSON.stringify(state, null, 1)}\n`);
   renameSync(temporary, path);
@@ -52,6 +57,15 @@ const sleeper = new Int32Array(new SharedArrayBuffer(4));
 
 /** Runs `change` on the state under an exclusive lock, then saves it. */
 export function updatePfctlModelState<T>(path: string, change: (state: PfctlModelState) => T): T {
+  return updateModelStateFile(path, readPfctlModelState, change);
+}
+
+/** Read-modify-write of a model's JSON state file under an exclusive lock (any model's). */
+export function updateModelStateFile<S, T>(
+  path: string,
+  read: (path: string) => S,
+  change: (state: S) => T,
+): T {
   const lock = `${path}.lock`;
   let waited = 0;
   for (;;) {
@@ -61,8 +75,8 @@ export function updatePfctlModelState<T>(path: string, change: (state: PfctlMode
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       if (waited >= LOCK_WAIT_MS) {
-        throw new EgressguardError('lock-held', `Cannot lock the pfctl model state "${path}"`, {
-          hint: `remove "${lock}" if no pfctl model process is running`,
+        throw new EgressguardError('lock-held', `Cannot lock the model state "${path}"`, {
+          hint: `remove "${lock}" if no model shim is running`,
         });
       }
       Atomics.wait(sleeper, 0, 0, 5);
@@ -70,9 +84,9 @@ export function updatePfctlModelState<T>(path: string, change: (state: PfctlMode
     }
   }
   try {
-    const state = readPfctlModelState(path);
+    const state = read(path);
     const result = change(state);
-    writePfctlModelState(path, state);
+    writeModelStateFile(path, state);
     return result;
   } finally {
     rmSync(lock, { force: true });

@@ -65,8 +65,11 @@ export async function runDoctor(
       hint: 'run `egressguard status` for what egressguard itself applied',
     });
   }
+  const os = target.registry.osOf(backend);
   const facts = await gatherFacts(target.runner, {
     ...(backend.readVersions === undefined ? {} : { readVersions: backend.readVersions }),
+    // The backend's OS: pf's host is a Mac (its tools modelled, where this is not one).
+    ...(os === undefined ? {} : { os }),
   });
   let ir: HostIR | undefined;
   let bindProblem: string | undefined;

@@ -1,0 +1,122 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
+import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js';
+import { pfBackend } from '../../src/backends/pf/index.js';
+import { findPfConfStanzas, STANZA_BEGIN } from '../../src/backends/pf/pf-conf-stanza.js';
+import { findForbiddenPfctlForms } from '../../src/backends/pf/pfctl-model.js';
+import { applyPrepared, hostContext, planPrepared } from '../../src/host/index.js';
+import { createPfModelHost, type PfModelHost } from './support.js';
+
+// `--pf-attach stanza` on the pfctl MODEL: one marked block in pf.conf attaches the top-level
+// anchor "egressguard" from the next boot; egressguard writes pf.conf through that path only and
+// never loads it (DESIGN.md §1A). The pf.conf here is a temporary copy (`--pf-conf`).
+const hosts: PfModelHost[] = [];
+const dirs: string[] = [];
+afterEach(() => {
+  for (const h of hosts.splice(0)) h.cleanup();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function stanzaHost(text: string, variant: 'current' | 'legacy' = 'legacy') {
+  const dir = mkdtempSync(join(tmpdir(), 'eg-pf-stanza-'));
+  dirs.push(dir);
+  const pfConf = join(dir, 'pf.conf');
+  writeFileSync(pfConf, text, { mode: 0o644 });
+  const h = createPfModelHost({
+    pfConf: readStockPfFiles(variant).pfConf,
+    backendOptions: { pfAttach: 'stanza', pfConf },
+  });
+  hosts.push(h);
+  return { h, pfConf, context: hostContext(h.target, pfBackend) };
+}
+
+const LEGACY = readStockPfFiles('legacy').pfConf;
+const OLDER =
+  'anchor "egressguard"\nload anchor "egressguard" from "/etc/pf.anchors/egressguard"\n';
+
+describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
+  it('apply writes one marked block, twice gives one, and the anchor waits for the next boot', async () => {
+    const { h, pfConf, context } = stanzaHost(LEGACY);
+    const prepared = h.prepare();
+    const plan = await planPrepared(h.target, prepared);
+    expect(plan.problems).toEqual([]);
+    expect(plan.changes).toContain(
+      `~ "${pfConf}": one egressguard block attaching anchor "egressguard" from the next boot`,
+    );
+    const report = await applyPrepared(h.target, prepared);
+    expect(report.deferred.map((d) => d.until)).toEqual([
+      'the next boot, when macOS loads pf.conf',
+      'the next boot, when macOS loads pf.conf',
+    ]);
+    const once = readFileSync(pfConf, 'utf8');
+    // Every other byte of Apple's file as it was; the block between the translation and filter
+    // anchors, where pf's rule order holds.
+    expect(once.replace(/# BEGIN egressguard[^]*?# END egressguard\n/, '')).toBe(LEGACY);
+    expect(findPfConfStanzas(once, 'egressguard').blocks).toHaveLength(1);
+    expect(once).toContain(`${STANZA_BEGIN}\nnat-anchor "egressguard"\nanchor "egressguard"\n`);
+    await applyPrepared(h.target, prepared, { force: true });
+    expect(readFileSync(pfConf, 'utf8')).toBe(once);
+    const status = await readStatus({ ...context, desiredHash: prepared.hash });
+    expect(status.condition).toBe('InSync');
+    expect(status.reasons[0]).toMatch(/^waiting for the next boot, when macOS loads pf.conf: /);
+
+    // The next boot loads the edited pf.conf (launchd, not egressguard) and restore re-arms.
+    h.model.state.files['/etc/pf.conf'] = once;
+    h.model.reboot();
+    expect(h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' }).exitCode).toBe(
+      0,
+    );
+    expect(await restoreGeneration(context)).toMatchObject({ kind: 'restored' });
+    const booted = await readStatus({ ...context, desiredHash: prepared.hash });
+    expect(booted.condition).toBe('InSync');
+    expect(booted.reasons).toEqual([]);
+    expect(h.model.run(['-s', 'rules']).stdout).toContain('anchor "egressguard" all');
+
+    const removed = await removeGeneration(context);
+    expect(JSON.stringify(removed)).toContain(`the egressguard block of \\"${pfConf}\\"`);
+    expect(readFileSync(pfConf, 'utf8')).toBe(LEGACY);
+    // egressguard never loaded the main ruleset: only launchd did, at boot.
+    expect(h.runner.invocations.flatMap((i) => findForbiddenPfctlForms(i.argv.slice(1)))).toEqual(
+      [],
+    );
+  });
+
+  it('migrates an older unmarked stanza and a duplicated block into one marked block', async () => {
+    const legacyWithOld = `${LEGACY}${OLDER}${STANZA_BEGIN}\nanchor "egressguard"\n# END egressguard\n${STANZA_BEGIN}\n${OLDER}# END egressguard\n`;
+    const { h, pfConf } = stanzaHost(legacyWithOld);
+    await applyPrepared(h.target, h.prepare());
+    const text = readFileSync(pfConf, 'utf8');
+    const found = findPfConfStanzas(text, 'egressguard');
+    expect(found.blocks).toHaveLength(1);
+    expect(found.unmarked).toEqual([]);
+    expect(text).not.toContain('load anchor "egressguard"');
+  });
+
+  it('refuses a block pf.conf cannot hold in order, and changes nothing', async () => {
+    // Stock current pf.conf: dummynet-anchor sits between translation and filtering anchors.
+    const current = readStockPfFiles('current').pfConf;
+    const { h, pfConf } = stanzaHost(current, 'current');
+    const before = h.model.state.log.length;
+    await expect(applyPrepared(h.target, h.prepare())).rejects.toThrow(
+      new RegExp(
+        `^Cannot attach anchor "egressguard" in "${pfConf.replace(/[.]/g, '\\.')}" \\(line 25\\): Cannot place the egressguard block in pf.conf: pf requires rules in order`,
+      ),
+    );
+    expect(readFileSync(pfConf, 'utf8')).toBe(current);
+    // Only the `-n` check ran: no load.
+    expect(
+      h.model.state.log.slice(before).some((e) => e.argv.includes('-f') && !e.argv.includes('-n')),
+    ).toBe(false);
+  });
+
+  it('refuses a com.apple/ anchor with a stanza: pf would evaluate it twice', () => {
+    const { h } = stanzaHost(LEGACY);
+    const target = { ...h.target, options: { ...h.target.options, anchor: 'com.apple/250.x' } };
+    expect(() => pfBackend.createApplier({ runner: h.runner, options: target.options })).toThrow(
+      'Cannot attach anchor "com.apple/250.x" with --pf-attach stanza: pf evaluates it through anchor "com.apple/*" already',
+    );
+  });
+});
