@@ -1,12 +1,15 @@
 import { readFileSync, statSync } from 'node:fs';
-import { EgressguardError } from '../../core/index.js';
 import {
   LaunchctlModel,
   type CommandOutcome,
   type LaunchctlModelState,
 } from './launchctl-model.js';
 import { runMacosHostTool, type MacosHostModel } from './macos-host-model.js';
-import { updateModelStateFile, writeModelStateFile } from './pfctl-model-store.js';
+import {
+  readModelStateFile,
+  updateModelStateFile,
+  writeModelStateFile,
+} from './pfctl-model-store.js';
 
 /** The environment variable naming the macOS model state file the shims act on. */
 export const MACOS_MODEL_STATE_ENV = 'EGRESSGUARD_MACOS_MODEL_STATE';
@@ -28,27 +31,11 @@ export function createMacosModelState(host?: MacosHostModel): MacosModelState {
 }
 
 export function readMacosModelState(path: string): MacosModelState {
-  let value: unknown;
-  try {
-    value = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (error) {
-    throw new EgressguardError('io', `Cannot read the macOS model state "${path}"`, {
-      cause: error,
-      hint: `create it with writeMacosModelState, or point ${MACOS_MODEL_STATE_ENV} at one`,
-    });
-  }
-  if (
-    typeof value !== 'object' ||
-    value === null ||
-    (value as { version?: unknown }).version !== 1 ||
-    typeof (value as { launchd?: unknown }).launchd !== 'object'
-  ) {
-    throw new EgressguardError(
-      'state-corrupt',
-      `Cannot use the macOS model state "${path}": not a version 1 model state`,
-    );
-  }
-  return value as MacosModelState;
+  return readModelStateFile(path, {
+    model: 'macOS model',
+    field: 'launchd',
+    hint: `create it with writeMacosModelState, or point ${MACOS_MODEL_STATE_ENV} at one`,
+  }) as MacosModelState;
 }
 
 export function writeMacosModelState(path: string, state: MacosModelState): void {

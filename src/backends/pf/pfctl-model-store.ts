@@ -10,35 +10,51 @@ import type { PfctlModelState } from './pfctl-model.js';
  */
 
 export function readPfctlModelState(path: string): PfctlModelState {
+  return readModelStateFile(path, {
+    model: 'pfctl model',
+    field: 'anchors',
+    hint: 'create it with writePfctlModelState, or point EGRESSGUARD_PFCTL_MODEL_STATE at one',
+  }) as PfctlModelState;
+}
+
+/** Reads a model's version 1 JSON state file; `field` is one every such state has. */
+export function readModelStateFile(
+  path: string,
+  expect: { readonly model: string; readonly field: string; readonly hint: string },
+): object {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new EgressguardError('io', `Cannot read the pfctl model state "${path}"`, {
+    throw new EgressguardError('io', `Cannot read the ${expect.model} state "${path}"`, {
       cause: error,
-      hint: 'create it with writePfctlModelState, or point EGRESSGUARD_PFCTL_MODEL_STATE at one',
+      hint: expect.hint,
     });
   }
   let value: unknown;
   try {
     value = JSON.parse(text);
   } catch (error) {
-    throw new EgressguardError('state-corrupt', `Cannot parse the pfctl model state "${path}"`, {
-      cause: error,
-    });
+    throw new EgressguardError(
+      'state-corrupt',
+      `Cannot parse the ${expect.model} state "${path}"`,
+      {
+        cause: error,
+      },
+    );
   }
   if (
     typeof value !== 'object' ||
     value === null ||
     (value as { version?: unknown }).version !== 1 ||
-    typeof (value as { anchors?: unknown }).anchors !== 'object'
+    typeof (value as Record<string, unknown>)[expect.field] !== 'object'
   ) {
     throw new EgressguardError(
       'state-corrupt',
-      `Cannot use the pfctl model state "${path}": not a version 1 model state`,
+      `Cannot use the ${expect.model} state "${path}": not a version 1 model state`,
     );
   }
-  return value as PfctlModelState;
+  return value;
 }
 
 export function writePfctlModelState(path: string, state: PfctlModelState): void {
