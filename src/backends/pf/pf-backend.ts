@@ -18,7 +18,7 @@ export const pfBackend: Backend = {
   layer: 'pf',
   capabilities: {
     supportsSteering: false,
-    supportsKillSwitch: false,
+    supportsKillSwitch: true,
     supportsAudit: true,
     supportsMssClamp: false,
     supportsHostClasses: false,
