@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { EgressguardError, parsePrefix } from '../core/index.js';
+import { EgressguardError, parseAddress, parsePrefix } from '../core/index.js';
 
 const factsSchema = z.strictObject({
   schema: z.literal('egressguard/facts/v1'),
@@ -16,6 +16,10 @@ const factsSchema = z.strictObject({
       up: z.boolean(),
       kind: z.string().optional(),
       addresses: z.array(z.string()),
+      peer: z
+        .string()
+        .optional()
+        .describe('the far end of a point-to-point link (macOS: "inet A --> PEER" in ifconfig)'),
       ipv6: z
         .boolean()
         .optional()
@@ -66,6 +70,13 @@ export function parseHostFacts(json: unknown, source: string): HostFacts {
     );
   }
   for (const iface of parsed.data.interfaces) {
+    if (iface.peer !== undefined && parseAddress(iface.peer) === undefined) {
+      throw new EgressguardError(
+        'facts',
+        `Cannot use host facts "${source}": interface "${iface.name}" has malformed peer "${iface.peer}"`,
+        { hint: 'write the peer as one address, like 10.8.0.1' },
+      );
+    }
     for (const address of iface.addresses) {
       if (parsePrefix(address) === undefined) {
         throw new EgressguardError(

@@ -65,3 +65,73 @@ describe("bindHost: the gateway node's part of a Kubernetes tunnel class", () =>
     );
   });
 });
+
+describe('bindHost: a tunnel found by its peer or address (utun renumbering)', () => {
+  const VPN = fileURLToPath(
+    new URL('../../testdata/policies/valid/macos-vpn-runner/', import.meta.url),
+  );
+  const facts = parseHostFacts(JSON.parse(readFileSync(`${VPN}facts.json`, 'utf8')), 'facts');
+  const vpn = loadPolicy(`${VPN}policy.yaml`).policy;
+  if (vpn === undefined) throw new Error('macos-vpn-runner is invalid');
+  const utun = facts.interfaces.find((i) => i.name === 'utun3');
+  if (utun === undefined) throw new Error('no utun3 in the facts');
+  const renamed = (interfaces: HostFacts['interfaces']): HostFacts => ({ ...facts, interfaces });
+  const others = facts.interfaces.filter((i) => i.name !== 'utun3');
+  const bound = (f: HostFacts) => {
+    const ir = lowerForHost(vpn, f);
+    const cls = ir.classes.find((c) => c.name === 'vpn-vm');
+    return { via: cls?.via, tunnels: ir.tunnels.map((t) => [t.declared, t.name]) };
+  };
+
+  it('binds the class to the utun whose peer matches, whatever its number', () => {
+    expect(bound(facts)).toEqual({
+      via: { kind: 'tunnel', interface: 'utun3', families: [4, 6] },
+      tunnels: [['vpn', 'utun3']],
+    });
+    // The VPN reconnected as utun5, and utun3 went to another VPN with another peer.
+    const after = renamed([
+      ...others,
+      { ...utun, name: 'utun5' },
+      { name: 'utun3', up: true, addresses: ['172.31.0.2/32'], peer: '172.31.0.1' },
+    ]);
+    expect(bound(after).via).toEqual({ kind: 'tunnel', interface: 'utun5', families: [4, 6] });
+  });
+
+  it('matches by the local address as well', () => {
+    const { policy } = loadPolicy(`${VPN}policy.yaml`);
+    if (policy === undefined) throw new Error('invalid');
+    const byAddress = {
+      ...policy,
+      tunnelMatches: { vpn: { address: '10.8.0.2', peer: null } },
+    };
+    const f = renamed([...others, { ...utun, name: 'utun7' }].map(stripPeer));
+    expect(lowerForHost(byAddress, f).tunnels.map((t) => t.name)).toEqual(['utun7']);
+  });
+
+  it('binds an absent tunnel to a name no interface has, never to the old number', () => {
+    // Down: no utun matches, and utun3 now belongs to another tunnel.
+    const taken = renamed([
+      ...others,
+      { name: 'vpn', up: true, addresses: ['172.31.0.2/32'] },
+      { name: 'utun3', up: true, addresses: ['172.31.0.2/32'], peer: '172.31.0.1' },
+    ]);
+    const via = bound(taken).via;
+    expect(via?.kind === 'tunnel' ? via.interface : '').toBe('eg-absent0');
+    expect(taken.interfaces.some((i) => i.name === 'eg-absent0')).toBe(false);
+    // Gone and its declared name free: bound to the declared name, which no interface has.
+    expect(bound(renamed(others)).tunnels).toEqual([['vpn', 'vpn']]);
+  });
+
+  it('refuses to guess between two interfaces that both match', () => {
+    const twice = renamed([...others, utun, { ...utun, name: 'utun4' }]);
+    expect(() => lowerForHost(vpn, twice)).toThrow(
+      'Cannot identify tunnel "vpn" on host "runner-vpn-1": interfaces "utun3" and "utun4" both match peer 10.8.0.1',
+    );
+  });
+});
+
+function stripPeer(i: HostFacts['interfaces'][number]): HostFacts['interfaces'][number] {
+  return Object.fromEntries(
+    Object.entries(i).filter(([key]) => key !== 'peer'),
+  ) as HostFacts['interfaces'][number];
+}

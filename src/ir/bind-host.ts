@@ -1,6 +1,7 @@
 import {
   AddressSet,
   EgressguardError,
+  parseAddress,
   parsePrefix,
   type Family,
   type Prefix,
@@ -26,14 +27,16 @@ import {
  * (no uplink, a class arriving on the uplink): that host's bundle can never be valid.
  */
 export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
+  const resolved = resolveTunnels(ir, facts);
+  const names = [...resolved.values()];
   const uplink = resolveUplink(
     facts,
     ir.uplink.kind === 'named' ? ir.uplink.interface : 'default-route',
-    ir.tunnels,
+    names,
   );
   const localPrefixes: Prefix[] = [];
   for (const iface of facts.interfaces) {
-    if (iface.name === uplink || ir.tunnels.includes(iface.name)) continue;
+    if (iface.name === uplink || names.includes(iface.name)) continue;
     for (const address of iface.addresses) {
       const prefix = parsePrefix(address);
       // Loopback and link-local never leave the host: no route needed.
@@ -41,11 +44,12 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
       localPrefixes.push(prefix);
     }
   }
-  const tunnels = ir.tunnels.map((name): TunnelIR => {
+  const tunnels = ir.tunnels.map((declared): TunnelIR => {
+    const name = resolved.get(declared) ?? declared;
     const iface = facts.interfaces.find((i) => i.name === name);
     // Absent: the tunnel is down or not created yet; assume it carries both until it says not.
     const families: Family[] = iface?.ipv6 === false ? [4] : [4, 6];
-    return { kind: 'tunnel', name, families };
+    return { kind: 'tunnel', name, declared, families };
   });
   const own = ir.classes
     .filter((c) => isClassOnHost(c, facts))
@@ -130,7 +134,8 @@ function gatewayClasses(
 ): HostClassIR[] {
   return ir.podClasses.flatMap((pc): HostClassIR[] => {
     if (pc.via.kind !== 'tunnel') return [];
-    const tunnel = pc.via.interface;
+    const declared = pc.via.interface;
+    const tunnel = host.tunnels.find((t) => t.declared === declared)?.name ?? declared;
     // The addresses themselves (a bare address is a host prefix), not the subnets they sit in.
     const prefixes = (facts.interfaces.find((i) => i.name === tunnel)?.addresses ?? [])
       .map((a) => parsePrefix(a.split('/')[0] ?? ''))
@@ -174,10 +179,72 @@ function bindVia(
   host: { uplink: string; tunnels: readonly TunnelIR[] },
 ): BoundViaIR {
   if (via.kind === 'tunnel') {
-    const families = host.tunnels.find((t) => t.name === via.interface)?.families ?? [4, 6];
-    return { kind: 'tunnel', interface: via.interface, families };
+    const tunnel = host.tunnels.find((t) => t.declared === via.interface);
+    return {
+      kind: 'tunnel',
+      interface: tunnel?.name ?? via.interface,
+      families: tunnel?.families ?? [4, 6],
+    };
   }
   return { kind: 'uplink', interface: host.uplink };
+}
+
+/** A name no interface has: what a matched tunnel absent from the host binds to. */
+const ABSENT_TUNNEL = 'eg-absent';
+
+/**
+ * The interface each declared tunnel is on this host. A tunnel declared by name is that name; one
+ * declared with `match` is the interface whose own address or point-to-point peer is the one
+ * matched, found anew at every bind (a macOS utun is renumbered on every reconnect, and its old
+ * number can go to another tunnel). When none matches, the tunnel is absent: it binds to a name
+ * no interface has (its declared name when that is free), so the kill switch drops its class
+ * rather than route it into whatever tunnel now wears the old name. Two matching interfaces are
+ * a `facts` error: which one carries the class is not for egressguard to guess.
+ */
+export function resolveTunnels(ir: PolicyIR, facts: HostFacts): Map<string, string> {
+  const out = new Map<string, string>();
+  const taken = new Set(facts.interfaces.map((i) => i.name));
+  ir.tunnels.forEach((declared, index) => {
+    const match = ir.tunnelMatches[declared];
+    if (match === undefined) {
+      out.set(declared, declared);
+      return;
+    }
+    const found = facts.interfaces.filter(
+      (i) =>
+        (match.address !== null &&
+          i.addresses.some((a) => sameAddress(a.split('/')[0] ?? '', match.address as string))) ||
+        (match.peer !== null && i.peer !== undefined && sameAddress(i.peer, match.peer)),
+    );
+    if (found.length > 1) {
+      throw new EgressguardError(
+        'facts',
+        `Cannot identify tunnel "${declared}" on host "${facts.hostname}": interfaces ${found.map((i) => `"${i.name}"`).join(' and ')} both match ${describeMatch(match)}`,
+        {
+          hint: 'match the tunnel by an address only one interface has (its own address, or its peer)',
+        },
+      );
+    }
+    const name = found[0]?.name;
+    if (name !== undefined) out.set(declared, name);
+    else out.set(declared, taken.has(declared) ? `${ABSENT_TUNNEL}${index}` : declared);
+  });
+  return out;
+}
+
+function describeMatch(match: { address: string | null; peer: string | null }): string {
+  return [
+    match.address === null ? null : `address ${match.address}`,
+    match.peer === null ? null : `peer ${match.peer}`,
+  ]
+    .filter((p) => p !== null)
+    .join(' or ');
+}
+
+function sameAddress(a: string, b: string): boolean {
+  const x = parseAddress(a);
+  const y = parseAddress(b);
+  return x !== undefined && y !== undefined && x.family === y.family && x.value === y.value;
 }
 
 /** Whether a class applies on this host: every label it asks for is in the host's facts. */

@@ -23,6 +23,7 @@ export {
   type RuleIR,
   type SelectorIR,
   type TunnelIR,
+  type TunnelMatchIR,
   type UplinkIR,
   type ViaIR,
 } from './nodes.js';

@@ -19,6 +19,9 @@ export function lowerPolicy(policy: Policy): PolicyIR {
         ? { kind: 'default-route' }
         : { kind: 'named', interface: policy.uplink },
     tunnels: [...policy.tunnels],
+    tunnelMatches: Object.fromEntries(
+      Object.entries(policy.tunnelMatches).map(([name, m]) => [name, { ...m }]),
+    ),
     reassembly: { kind: 'reassembly', id: REASSEMBLY_ID },
     classes: policy.classes.map(lowerClass),
     podClasses: policy.podClasses.map(lowerPodClass),

@@ -15,10 +15,19 @@ export interface PolicyIR {
   readonly kind: 'policy';
   readonly name: string;
   readonly uplink: UplinkIR;
+  /** The tunnels the policy declares, by its names for them. */
   readonly tunnels: readonly string[];
+  /** How tunnels declared with `match` are found on a host (by address or peer, not name). */
+  readonly tunnelMatches: Readonly<Record<string, TunnelMatchIR>>;
   readonly reassembly: ReassemblyIR;
   readonly classes: readonly ClassIR[];
   readonly podClasses: readonly PodClassIR[];
+}
+
+/** A tunnel found by its local address or its point-to-point peer (a utun's number changes). */
+export interface TunnelMatchIR {
+  readonly address: string | null;
+  readonly peer: string | null;
 }
 
 /** The policy's uplink: the main table's default-route interface on each host, or a name. */
@@ -184,7 +193,10 @@ export interface ClusterIR {
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
   readonly kind: 'tunnel';
+  /** The interface on this host (a tunnel declared with `match`: the one that matches now). */
   readonly name: string;
+  /** The policy's name for it (equal to `name` unless the tunnel is found by `match`). */
+  readonly declared: string;
   readonly families: readonly Family[];
 }
 

@@ -6,6 +6,7 @@ import {
   type ProbeDefinition,
   type RequirementDefinition,
   type RuleDefinition,
+  type TunnelMatchDefinition,
 } from './schema.js';
 
 /** A list element with its index in the document (elements that failed the schema are absent). */
@@ -42,6 +43,8 @@ export interface DocumentParts {
   readonly brokenNetworks: ReadonlySet<string>;
   readonly uplink: string;
   readonly tunnels: readonly string[];
+  /** The tunnels declared with `match`, by name, as written. */
+  readonly tunnelMatches: Readonly<Record<string, TunnelMatchDefinition>>;
   readonly classes: readonly ClassPart[];
   readonly requirements: readonly RequirementPart[];
 }
@@ -54,6 +57,7 @@ export function partsOfDocument(doc: PolicyDocument): DocumentParts {
     brokenNetworks: new Set(),
     uplink: doc.interfaces.uplink,
     tunnels: Object.keys(doc.interfaces.tunnels),
+    tunnelMatches: matchesOf(doc.interfaces.tunnels),
     classes: Object.entries(doc.classes).map(([name, { rules, ...definition }]) => ({
       name,
       definition,
@@ -83,10 +87,12 @@ export function salvageDocumentParts(raw: unknown): DocumentParts | undefined {
 
   let uplink = 'default-route';
   let tunnels: string[] = [];
+  let tunnelMatches: Record<string, TunnelMatchDefinition> = {};
   const interfaces = salvageSchemas.interfaces.safeParse(raw['interfaces'] ?? {});
   if (interfaces.success) {
     uplink = interfaces.data.uplink;
     tunnels = Object.keys(interfaces.data.tunnels);
+    tunnelMatches = matchesOf(interfaces.data.tunnels);
   } else if (isRecord(raw['interfaces'])) {
     // A broken tunnel is still declared: classes that use it must not be told it is unknown.
     tunnels = entriesOf(raw['interfaces']['tunnels']).map(([name]) => name);
@@ -127,9 +133,20 @@ export function salvageDocumentParts(raw: unknown): DocumentParts | undefined {
     brokenNetworks,
     uplink,
     tunnels,
+    tunnelMatches,
     classes,
     requirements,
   };
+}
+
+function matchesOf(
+  tunnels: Readonly<Record<string, { match?: TunnelMatchDefinition | undefined }>>,
+): Record<string, TunnelMatchDefinition> {
+  const out: Record<string, TunnelMatchDefinition> = {};
+  for (const [name, definition] of Object.entries(tunnels)) {
+    if (definition.match !== undefined) out[name] = definition.match;
+  }
+  return out;
 }
 
 function salvageList<T>(

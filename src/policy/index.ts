@@ -18,6 +18,7 @@ export type {
   Probe,
   Protocol,
   Requirement,
+  TunnelMatch,
 } from './policy.js';
 export { policyJsonSchema } from './schema.js';
 export { didYouMean } from './did-you-mean.js';

@@ -39,6 +39,7 @@ export const ISSUE_CODES = {
   'self-in-pod-class': 'error',
   'unknown-pod-class': 'error',
   'probe-source': 'error',
+  'empty-tunnel-match': 'error',
   // warnings
   'shadowed-rule': 'warning',
   'unreachable-family': 'warning',

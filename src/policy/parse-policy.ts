@@ -23,6 +23,7 @@ import type {
   Probe,
   Protocol,
   Requirement,
+  TunnelMatch,
 } from './policy.js';
 import { NetworkResolver, describeReadError } from './resolve-networks.js';
 import {
@@ -178,6 +179,7 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
       );
     }
   }
+  const tunnelMatches = resolveTunnelMatches(parts, collector);
   if (uplink !== 'default-route') {
     const problem = findInterfaceNameProblem(uplink, { prefix: false });
     if (problem !== undefined) {
@@ -270,10 +272,43 @@ function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: st
     name: parts.name,
     uplink,
     tunnels,
+    tunnelMatches,
     classes,
     podClasses,
     requirements,
   };
+}
+
+/** Each tunnel's `match`: one address each for `address` and `peer`, at least one of them. */
+function resolveTunnelMatches(
+  parts: DocumentParts,
+  collector: IssueCollector,
+): Record<string, TunnelMatch> {
+  const out: Record<string, TunnelMatch> = {};
+  for (const [name, match] of Object.entries(parts.tunnelMatches)) {
+    const path = ['interfaces', 'tunnels', name, 'match'];
+    if (match.address === undefined && match.peer === undefined) {
+      collector.at(
+        path,
+        'empty-tunnel-match',
+        `The match of tunnel "${name}" names neither an address nor a peer, so it would find no interface: give "address" (the tunnel's own address) or "peer" (its far end), or remove "match" to find the tunnel by its name`,
+      );
+      continue;
+    }
+    let sound = true;
+    for (const field of ['address', 'peer'] as const) {
+      const value = match[field];
+      if (value === undefined || parseAddress(value) !== undefined) continue;
+      sound = false;
+      collector.at(
+        [...path, field],
+        'malformed-address',
+        `Cannot parse "${value}" as an address: write one address without a prefix length, like 10.8.0.2 or 2001:db8::2`,
+      );
+    }
+    if (sound) out[name] = { address: match.address ?? null, peer: match.peer ?? null };
+  }
+  return out;
 }
 
 interface ClassContext {

@@ -93,6 +93,15 @@ export interface Requirement {
   readonly podProbes: readonly PodProbe[];
 }
 
+/**
+ * A tunnel found by its addresses rather than its name (a macOS utun is renumbered on every
+ * reconnect): the interface with this local address, or with this point-to-point peer.
+ */
+export interface TunnelMatch {
+  readonly address: string | null;
+  readonly peer: string | null;
+}
+
 /** A validated policy with every network resolved to address sets. */
 export interface Policy {
   readonly file: string;
@@ -100,6 +109,8 @@ export interface Policy {
   /** "default-route" or an interface name. */
   readonly uplink: string;
   readonly tunnels: readonly string[];
+  /** How a tunnel declared with `match` is found on a host, by its name in the policy. */
+  readonly tunnelMatches: Readonly<Record<string, TunnelMatch>>;
   readonly classes: readonly PolicyClass[];
   /** Kubernetes classes (pods), in policy order. */
   readonly podClasses: readonly PodClass[];

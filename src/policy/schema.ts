@@ -40,11 +40,29 @@ const uplink = z
   .string()
   .describe('"default-route" (the main table default-route interface) or an interface name');
 
+const tunnelMatch = z
+  .strictObject({
+    address: z
+      .string()
+      .optional()
+      .describe("The tunnel's own address on this side (macOS: ifconfig utunN's inet)"),
+    peer: z
+      .string()
+      .optional()
+      .describe('The address of the far end (macOS: after "-->" in ifconfig utunN)'),
+  })
+  .describe(
+    'Find the tunnel by its address or peer, not its name: a macOS utun is renumbered on every reconnect',
+  );
+
 const tunnel = z
   .strictObject({
     description: z.string().optional(),
+    match: tunnelMatch.optional(),
   })
-  .describe('A tunnel interface (matched by name, so it may be absent, deleted or recreated)');
+  .describe(
+    'A tunnel interface (matched by name, so it may be absent, deleted or recreated; or by address with "match")',
+  );
 
 const interfaces = z.strictObject({
   uplink: uplink.optional().default('default-route'),
@@ -209,6 +227,7 @@ export type PolicyDocument = z.output<typeof policySchema>;
 export type NetworkDefinition = z.output<typeof network>;
 export type ClassDefinition = z.output<typeof classSchema>;
 export type RuleDefinition = z.output<typeof rule>;
+export type TunnelMatchDefinition = z.output<typeof tunnelMatch>;
 export type PodSelectorDefinition = z.output<typeof podSelector>;
 export type ProbeDefinition = z.output<typeof probe>;
 export type RequirementDefinition = z.output<typeof requirement>;

@@ -20,7 +20,7 @@ export const pfBackend: Backend = {
   layer: 'pf',
   capabilities: {
     supportsSteering: false,
-    supportsKillSwitch: false,
+    supportsKillSwitch: true,
     supportsAudit: true,
     supportsMssClamp: false,
     supportsHostClasses: false,

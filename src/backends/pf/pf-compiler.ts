@@ -1,7 +1,8 @@
-import { EgressguardError, type AddressSet, type Family } from '../../core/index.js';
+import { AddressSet, EgressguardError, type Family } from '../../core/index.js';
 import {
   assertNever,
   BLANK_STAMP,
+  carries,
   type HostClassIR,
   type HostIR,
   type HousekeepingIR,
@@ -43,7 +44,7 @@ export function createPfCompiler(): Compiler {
       refuseUnsupported(ir);
       const stamp = options.stamp ?? BLANK_STAMP;
       const emitter = new AnchorEmitter();
-      for (const cls of ir.classes) emitter.addClass(cls, ir.uplink);
+      for (const cls of ir.classes) emitter.addClass(cls, ir);
       const hex = stamp.slice('eg-hash:'.length);
       const header = [
         `# egressguard: policy "${ir.name}" for pf anchor "${anchor}"`,
@@ -110,9 +111,11 @@ function refuseUnsupported(ir: HostIR): void {
       default:
         assertNever(kind);
     }
-    if (cls.via.kind === 'tunnel') {
+    if (cls.via.kind === 'tunnel' && cls.killSwitch === null) {
+      // pf_route drops what route-to sends to an absent interface (upstream pf.c pf_route:
+      // `if (ifp == NULL) goto bad`): a pf tunnel class cannot fall back to the uplink.
       reasons.push(
-        `class "${cls.name}" leaves by tunnel "${cls.via.interface}": the pf backend does not compile tunnel classes (route-to with a kill switch) yet`,
+        `class "${cls.name}" leaves by tunnel "${cls.via.interface}" without a kill switch: pf's route-to drops the class's traffic while the tunnel is absent, so it cannot fall back to the uplink as the policy says; add "killSwitch: {}"`,
       );
     }
     if (cls.mssClamp !== null) {
@@ -153,8 +156,9 @@ class AnchorEmitter {
   readonly filter: string[] = [];
   private readonly tableNames = new Set<string>();
 
-  addClass(cls: HostClassIR, uplink: string): void {
+  addClass(cls: HostClassIR, ir: HostIR): void {
     if (cls.selector.kind !== 'ingress') return;
+    const uplink = ir.uplink;
     const interfaces = cls.selector.interfaces;
     const on = `on ${list(interfaces)}`;
     const sources = cls.selector.sources;
@@ -163,15 +167,16 @@ class AnchorEmitter {
     // one that never completes is held and dropped (the IR's reassembly node; pf.conf(5) SCRUB).
     this.scrub.push(`scrub in ${on} all fragment reassemble`);
     if (cls.nat !== null) {
-      // `(uplink)`: the address follows the interface (DHCP); never `nat pass`, which would let
-      // the translated packets skip filtering (pf.conf.5:1116-1124).
+      // `(exit)`: the address follows the interface (DHCP, a tunnel's new address); never
+      // `nat pass`, which would let the translated packets skip filtering (pf.conf.5:1116-1124).
+      // A tunnel class is translated on its tunnel only: what leaves by the LAN keeps its source.
+      const exit = cls.via.kind === 'tunnel' ? cls.via.interface : uplink;
       for (const family of families(sources)) {
-        this.nat.push(
-          `nat on ${uplink} ${inet(family)} from <${sourceTable}> to any -> (${uplink})`,
-        );
+        if (!carries(cls.via, family)) continue;
+        this.nat.push(`nat on ${exit} ${inet(family)} from <${sourceTable}> to any -> (${exit})`);
       }
     }
-    const self = selfList(interfaces, uplink);
+    const self = selfList(interfaces, ir);
     for (const node of cls.housekeeping) this.filter.push(...housekeeping(node, on, self));
 
     if (cls.antiSpoofing !== null) {
@@ -192,6 +197,16 @@ class AnchorEmitter {
       }
     }
 
+    if (cls.via.kind === 'tunnel' && cls.killSwitch !== null) {
+      this.addTunnelRules(cls, {
+        on,
+        self,
+        tunnel: cls.via,
+        killSwitch: cls.killSwitch,
+        bypass: ir.localPrefixes.union(cls.killSwitch.except),
+      });
+      return;
+    }
     for (const rule of cls.rules) this.filter.push(...this.rule(rule, on, self));
     const fallback = cls.defaultRule;
     this.filter.push(
@@ -202,7 +217,7 @@ class AnchorEmitter {
   }
 
   private rule(rule: RuleIR, on: string, self: { 4: string; 6: string }): string[] {
-    const { destination, protocols, ports } = rule.match;
+    const { destination } = rule.match;
     let to: Record<Family, string | null>;
     switch (destination.kind) {
       case 'any':
@@ -211,37 +226,140 @@ class AnchorEmitter {
       case 'self':
         to = self;
         break;
-      case 'addresses': {
-        const name = this.table(rule.id, destination.set);
-        to = {
-          4: destination.set.has(4) ? `<${name}>` : null,
-          6: destination.set.has(6) ? `<${name}>` : null,
-        };
+      case 'addresses':
+        to = this.tableTarget(rule.id, destination.set);
         break;
-      }
       default:
         return assertNever(destination);
     }
-    const head =
-      rule.action === 'deny'
-        ? `block drop in quick ${on}`
-        : `pass in${rule.action === 'audit' ? ' log' : ''} quick ${on}`;
-    const tail = `${rule.action === 'deny' ? '' : ' keep state'} label ${quote(rule.id)}`;
-    const port = ports === null ? '' : ` port ${list(ports.map(formatPort))}`;
-    const out: string[] = [];
-    // ICMP means ICMPv6 for an IPv6 destination: the protocol differs by family, so the rule
-    // splits by family where it names icmp; otherwise one rule covers both.
-    const split = protocols?.includes('icmp') === true;
-    const byFamily: (Family | null)[] = split || to[4] !== to[6] ? [4, 6] : [null];
-    for (const family of byFamily) {
-      const target = family === null ? to[4] : to[family];
-      if (target === null) continue;
-      const proto =
-        protocols === null ? '' : ` proto ${list(protocols.map((p) => pfProtocol(p, family)))}`;
-      const af = family === null ? '' : ` ${inet(family)}`;
-      out.push(`${head}${af}${proto} from any to ${target}${port}${tail}`);
+    return ruleLines(rule, { direction: 'in', on, to, tagged: '' });
+  }
+
+  /**
+   * A tunnel class (DESIGN.md §4, pf; NOTES.md §6): what leaves by the tunnel is sent there with
+   * `route-to` and tagged, and its rules are judged `out` on the tunnel, where the tag still marks
+   * it (pf.conf.5:1831-1841); a backstop blocks the tag out of every other interface. While the
+   * tunnel is absent, pf_route drops what the route-to rule passed (upstream pf.c pf_route:
+   * `if (ifp == NULL) goto bad`), before any rule of the class: the kill switch, as in the IR,
+   * decides ahead of the rules. Destinations that do not take the tunnel (the host itself, the
+   * kill switch's exceptions, the host's connected prefixes) are judged `in` on the bridge,
+   * rules in order; link-local destinations never reach the tunnel and are dropped.
+   */
+  private addTunnelRules(
+    cls: HostClassIR,
+    context: {
+      on: string;
+      self: { 4: string; 6: string };
+      tunnel: { interface: string; families: readonly Family[] };
+      killSwitch: { id: string };
+      bypass: AddressSet;
+    },
+  ): void {
+    const { on, self, tunnel, bypass } = context;
+    const sources = cls.selector.sources;
+    const ks = quote(context.killSwitch.id);
+    const tag = pfTag(cls.name);
+    const local = pfTag(`local_${cls.name}`);
+    // Marks what the host takes as its own; never the last match: a quick rule below decides
+    // every packet it marks. `! self` would not do: pfctl expands `self` to a list, and a
+    // negated list item matches every other address (pf.conf(5) PARAMETERS).
+    for (const family of families(sources)) {
+      this.filter.push(`pass in ${on} ${inet(family)} from any to ${self[family]} tag ${local}`);
     }
-    return out;
+    const bypassTarget = this.tableTarget(`${cls.name}_bypass`, bypass);
+    const outTargets = new Map<string, Record<Family, string | null>>();
+    const tunnelled = new Set<string>();
+    for (const rule of cls.rules) {
+      const { destination } = rule.match;
+      let direct: Record<Family, string | null>;
+      let out: Record<Family, string | null> | null;
+      switch (destination.kind) {
+        case 'any':
+          direct = bypassTarget;
+          out = { 4: 'any', 6: 'any' };
+          break;
+        case 'self':
+          direct = { 4: null, 6: null };
+          out = null;
+          break;
+        case 'addresses': {
+          direct = this.tableTarget(`${rule.id}_bypass`, destination.set.intersect(bypass));
+          out = this.tableTarget(rule.id, destination.set);
+          // Nothing of it takes the tunnel (it is all excepted or local): no rule out there.
+          if (destination.set.subtract(bypass).isEmpty()) tunnelled.delete(rule.id);
+          else tunnelled.add(rule.id);
+          break;
+        }
+        default:
+          assertNever(destination);
+      }
+      if (out !== null && (destination.kind !== 'addresses' || tunnelled.has(rule.id))) {
+        outTargets.set(rule.id, out);
+      }
+      this.filter.push(...ruleLines(rule, { direction: 'in', on, to: direct, tagged: '' }));
+      const mine = destination.kind === 'addresses' ? (out as Record<Family, string | null>) : null;
+      this.filter.push(
+        ...ruleLines(rule, {
+          direction: 'in',
+          on,
+          to: mine ?? { 4: 'any', 6: 'any' },
+          tagged: ` tagged ${local}`,
+        }),
+      );
+    }
+    const fallback = cls.defaultRule;
+    const inHead =
+      fallback.action === 'allow' ? `pass in quick ${on}` : `block drop in quick ${on}`;
+    const inTail = `${fallback.action === 'allow' ? ' keep state' : ''} label ${quote(fallback.id)}`;
+    for (const family of families(bypass)) {
+      if (!sources.has(family)) continue;
+      this.filter.push(
+        `${inHead} ${inet(family)} from any to ${bypassTarget[family] as string}${inTail}`,
+      );
+    }
+    this.filter.push(`${inHead} all tagged ${local}${inTail}`);
+
+    // The kill switch on the bridge: link-local destinations leave by the link they came by,
+    // never by the tunnel; everything else left takes the tunnel, or dies with it.
+    if (sources.has(6)) {
+      const linkLocal = AddressSet.parse(['fe80::/10']).subtract(bypass);
+      if (!linkLocal.isEmpty()) {
+        const name = this.table(`${cls.name}_link_local`, linkLocal);
+        this.filter.push(`block drop in quick ${on} inet6 from any to <${name}> label ${ks}`);
+      }
+    }
+    for (const family of families(sources)) {
+      if (tunnel.families.includes(family)) {
+        this.filter.push(
+          `pass in quick ${on} route-to (${tunnel.interface}) ${inet(family)} all tag ${tag} keep state (if-bound) label ${ks}`,
+        );
+      } else {
+        this.filter.push(`block drop in quick ${on} ${inet(family)} all label ${ks}`);
+      }
+    }
+
+    // The backstop: a packet of the class never leaves by another interface.
+    this.filter.push(`block drop out quick on ! ${tunnel.interface} all tagged ${tag} label ${ks}`);
+    const outOn = `on ${tunnel.interface}`;
+    for (const rule of cls.rules) {
+      const to = outTargets.get(rule.id);
+      if (to === undefined) continue;
+      this.filter.push(
+        ...ruleLines(rule, { direction: 'out', on: outOn, to, tagged: ` tagged ${tag}` }),
+      );
+    }
+    this.filter.push(
+      fallback.action === 'allow'
+        ? `pass out quick ${outOn} all tagged ${tag} keep state label ${quote(fallback.id)}`
+        : `block drop out quick ${outOn} all tagged ${tag} label ${quote(fallback.id)}`,
+    );
+  }
+
+  /** `<table>` for the families a set has, null for those it lacks (no table when empty). */
+  private tableTarget(base: string, set: AddressSet): Record<Family, string | null> {
+    if (set.isEmpty()) return { 4: null, 6: null };
+    const name = this.table(base, set);
+    return { 4: set.has(4) ? `<${name}>` : null, 6: set.has(6) ? `<${name}>` : null };
   }
 
   /** Defines a table once (NOTES.md §4: each table in exactly one place, no `persist`). */
@@ -258,6 +376,48 @@ class AnchorEmitter {
     this.tables.push(`table <${name}> { ${entries.join(', ')} }`);
     return name;
   }
+}
+
+/**
+ * One policy rule as pf filter rules to the targets given (per family; null: none), `in` on the
+ * bridge or `out` on a tunnel, with a `tagged` condition when given.
+ */
+function ruleLines(
+  rule: RuleIR,
+  options: {
+    direction: 'in' | 'out';
+    on: string;
+    to: Record<Family, string | null>;
+    tagged: string;
+  },
+): string[] {
+  const { protocols, ports } = rule.match;
+  const { direction, on, to } = options;
+  const head =
+    rule.action === 'deny'
+      ? `block drop ${direction} quick ${on}`
+      : `pass ${direction}${rule.action === 'audit' ? ' log' : ''} quick ${on}`;
+  const tail = `${options.tagged}${rule.action === 'deny' ? '' : ' keep state'} label ${quote(rule.id)}`;
+  const port = ports === null ? '' : ` port ${list(ports.map(formatPort))}`;
+  const out: string[] = [];
+  // ICMP means ICMPv6 for an IPv6 destination: the protocol differs by family, so the rule
+  // splits by family where it names icmp; otherwise one rule covers both.
+  const split = protocols?.includes('icmp') === true;
+  const byFamily: (Family | null)[] = split || to[4] !== to[6] ? [4, 6] : [null];
+  for (const family of byFamily) {
+    const target = family === null ? to[4] : to[family];
+    if (target === null) continue;
+    const proto =
+      protocols === null ? '' : ` proto ${list(protocols.map((p) => pfProtocol(p, family)))}`;
+    const af = family === null ? '' : ` ${inet(family)}`;
+    out.push(`${head}${af}${proto} from any to ${target}${port}${tail}`);
+  }
+  return out;
+}
+
+/** A pf tag for a name (PF_TAG_NAME_SIZE 64 in pfvar.h; class names hold at most 31). */
+function pfTag(name: string): string {
+  return `EG_${name.replace(/[^A-Za-z0-9_]/g, '_')}`;
 }
 
 function housekeeping(node: HousekeepingIR, on: string, self: { 6: string }): string[] {
@@ -282,14 +442,25 @@ function housekeeping(node: HousekeepingIR, on: string, self: { 6: string }): st
 /**
  * What the host takes as its own, seen from a class's bridge: `self` (every interface address),
  * and what it receives though no interface has it: the limited broadcast and the directed
- * broadcast of the class's bridges and the uplink (`(if:broadcast)`, dynamic); for IPv6,
- * link-local multicast (neighbour discovery, DHCPv6). pf's `self` has neither.
+ * broadcast of every class bridge and the uplink (`(if:broadcast)`, dynamic); for IPv6,
+ * link-local multicast (neighbour discovery, DHCPv6) and subnet-router anycast. pf's `self` has
+ * none of them. (The broadcast of an interface no class arrives on is not listed: the compiler
+ * knows only the IR's interfaces.)
  */
-function selfList(interfaces: readonly string[], uplink: string): { 4: string; 6: string } {
-  const broadcasts = [...interfaces, uplink].map((name) => `(${name}:broadcast)`);
+function selfList(interfaces: readonly string[], ir: HostIR): { 4: string; 6: string } {
+  const bridges = ir.classes.flatMap((c) =>
+    c.selector.kind === 'ingress' ? c.selector.interfaces : [],
+  );
+  const broadcasts = [...interfaces, ...bridges, ir.uplink].map((name) => `(${name}:broadcast)`);
+  // The subnet-router anycast of each connected IPv6 prefix shorter than /127 (RFC 4291
+  // §2.6.1): the IR takes it as the host's own (evaluate.ts createHostView), pf's `self` does not.
+  const anycast = ir.localPrefixes
+    .toCidrs(6)
+    .filter((c) => Number(c.slice(c.lastIndexOf('/') + 1)) < 127)
+    .map((c) => c.slice(0, c.lastIndexOf('/')));
   return {
     4: `{ self, 255.255.255.255, ${[...new Set(broadcasts)].join(', ')} }`,
-    6: '{ self, ff02::/16 }',
+    6: `{ ${['self', 'ff02::/16', ...anycast].join(', ')} }`,
   };
 }
 

@@ -371,6 +371,43 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
     expect([leak.verdict, leak.label]).toEqual(['block', 'backstop']);
   });
 
+  it('route-to an interface that is gone drops the packet: the utun of a disconnected VPN', () => {
+    const gone = new Map(tunnelView.interfaces);
+    gone.delete('utun3');
+    const view = { ...tunnelView, interfaces: gone };
+    const result = evaluateForwardedPfPacket(view, createPfStateTable(), {
+      family: 4,
+      source: addr('192.168.64.5'),
+      destination: addr('192.0.2.1'),
+      protocol: 6,
+      sourcePort: 5000,
+      destinationPort: 443,
+      ingress: 'bridge100',
+      egress: 'en0',
+    });
+    // The rule passed it (its counters move), pf_route found no interface: nothing leaves.
+    expect(result.inbound.verdict).toBe('pass');
+    expect(result.inbound.label).toBe('vpn');
+    expect([result.verdict, result.routeFailed, result.outbound, result.leaving]).toEqual([
+      'block',
+      true,
+      null,
+      null,
+    ]);
+    // The same rule with the tunnel back sends it through, as before.
+    const back = evaluateForwardedPfPacket(tunnelView, createPfStateTable(), {
+      family: 4,
+      source: addr('192.168.64.5'),
+      destination: addr('192.0.2.1'),
+      protocol: 6,
+      sourcePort: 5000,
+      destinationPort: 443,
+      ingress: 'bridge100',
+      egress: 'en0',
+    });
+    expect([back.verdict, back.egress, back.routeFailed]).toEqual(['pass', 'utun3', false]);
+  });
+
   it('an if-bound state matches only on its interface; a floating one on any', () => {
     const states = createPfStateTable();
     const first = evaluatePfPacket(

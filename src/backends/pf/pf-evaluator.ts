@@ -259,6 +259,11 @@ export interface PfForwarding {
   readonly egress: string;
   /** The packet on the wire after pf (translated), when it passes. */
   readonly leaving: PfPacket | null;
+  /**
+   * The inbound rule passed it with `route-to` an interface that does not exist: pf_route drops
+   * it before any outbound evaluation (upstream pf.c pf_route: `if (ifp == NULL) goto bad`).
+   */
+  readonly routeFailed: boolean;
 }
 
 /**
@@ -266,7 +271,8 @@ export interface PfForwarding {
  * addresses, then `out` on the egress interface, where `nat` translates it before the outbound
  * filter rules see it (pf.conf(5) TRANSLATION). `route-to` on the inbound pass rule sends it to
  * its target interface instead of the routing decision, and pf evaluates it `out` there (F93
- * pf.c pf_route → pf_test(PF_OUT)). The tag set on the way in is still on it on the way out.
+ * pf.c pf_route → pf_test(PF_OUT)), or drops it when that interface does not exist. The tag set
+ * on the way in is still on it on the way out.
  */
 export function evaluateForwardedPfPacket(
   view: PfKernelView,
@@ -280,9 +286,22 @@ export function evaluateForwardedPfPacket(
   const { ingress, egress: routed, ...rest } = packet;
   const inbound = evaluatePfPacket(view, states, { ...rest, direction: 'in', interface: ingress });
   if (inbound.verdict === 'block') {
-    return { inbound, outbound: null, verdict: 'block', egress: routed, leaving: null };
+    return {
+      inbound,
+      outbound: null,
+      verdict: 'block',
+      egress: routed,
+      leaving: null,
+      routeFailed: false,
+    };
   }
   const egress = inbound.routeTo?.interface ?? routed;
+  // route-to names an interface, and the kernel rule keeps the name (pfi_kif_get creates a kif
+  // for a name that does not exist yet); only an existing interface has an ifp to send by. A
+  // utun that is gone (a VPN disconnected) is such a name.
+  if (inbound.routeTo !== null && !view.interfaces.has(inbound.routeTo.interface)) {
+    return { inbound, outbound: null, verdict: 'block', egress, leaving: null, routeFailed: true };
+  }
   const outbound = evaluatePfPacket(view, states, {
     ...inbound.packet,
     direction: 'out',
@@ -294,6 +313,7 @@ export function evaluateForwardedPfPacket(
     verdict: outbound.verdict,
     egress,
     leaving: outbound.verdict === 'pass' ? outbound.packet : null,
+    routeFailed: false,
   };
 }
 

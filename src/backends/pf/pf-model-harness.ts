@@ -40,6 +40,9 @@ const EPHEMERAL_PORT = 49_152;
  * with `scrub in on IF … fragment reassemble` a fragment is judged like its datagram and a lone
  * one is held and dropped (pf.conf(5) SCRUB, "fragment reassemble"); without it a later fragment
  * has no ports.
+ *
+ * Tunnel state: a packet judged with the tunnel down is sent while the tunnel's interface is
+ * absent from the model (as a disconnected utun is), and back for one judged with it up.
  */
 export function createPfModelHarness(input: {
   readonly ir: HostIR;
@@ -102,26 +105,53 @@ export function createPfModelHarness(input: {
     };
     // Every packet opens a connection of its own: no state from an earlier one.
     model.state.states = [];
-    if (isLocal(host, packet.family, packet.destination)) {
+    setTunnels(tp.state.tunnel);
+    const local = isLocal(host, packet.family, packet.destination);
+    const routed = local ? null : lookupRoute(host, packet.family, packet.destination, ingress);
+    if (local || routed === null) {
       const inbound = model.sendPacket({ ...base, direction: 'in', interface: ingress });
-      return finish(inbound, inbound.verdict === 'pass' ? 'local' : null, null);
+      // route-to sends even a packet for the host out of its target (pf.c pf_test → pf_route).
+      if (inbound.verdict !== 'pass' || inbound.routeTo === null) {
+        const via = inbound.verdict === 'pass' && local ? 'local' : null;
+        return finish(inbound, inbound.verdict, via, null);
+      }
+      model.state.states = [];
     }
-    const routed = lookupRoute(host, packet.family, packet.destination, ingress);
-    if (routed === null) {
-      const inbound = model.sendPacket({ ...base, direction: 'in', interface: ingress });
-      return finish(inbound, null, null);
-    }
-    const forwarded = model.forwardPacket({ ...base, ingress, egress: routed });
+    const forwarded = model.forwardPacket({
+      ...base,
+      ingress,
+      egress: routed ?? ingress,
+    });
+    // A forwarded packet meets the filter twice; the policy's decision is the later of the two
+    // made by a rule of ours (a tunnel class's rules are judged out on the tunnel).
+    const outbound = forwarded.outbound;
     const deciding =
-      forwarded.outbound !== null && forwarded.outbound.verdict === 'block'
-        ? forwarded.outbound
-        : forwarded.inbound;
+      outbound !== null && outbound.decidedBy === 'rule' && isOurs(outbound.label)
+        ? outbound
+        : outbound !== null && outbound.verdict === 'block'
+          ? outbound
+          : forwarded.inbound;
     const leaving = forwarded.leaving;
     return finish(
       deciding,
+      forwarded.verdict,
       forwarded.verdict === 'pass' ? forwarded.egress : null,
       leaving === null ? null : formatAddress(leaving.family, leaving.source),
     );
+  };
+
+  // A tunnel that is down is absent, as a disconnected utun is (the interface is destroyed with
+  // its control socket): the model forgets it and gets it back with its addresses.
+  const tunnelAddresses = new Map(
+    input.ir.tunnels.flatMap((t) => (t.name in interfaces ? [[t.name, interfaces[t.name]]] : [])),
+  );
+  let tunnelState: 'up' | 'down' = 'up';
+  const setTunnels = (state: 'up' | 'down'): void => {
+    if (state === tunnelState) return;
+    tunnelState = state;
+    for (const [name, addresses] of tunnelAddresses) {
+      model.setInterface(name, state === 'up' ? [...(addresses ?? [])] : null);
+    }
   };
 
   return {
@@ -134,15 +164,22 @@ export function createPfModelHarness(input: {
   };
 }
 
-function finish(result: PfEvaluation, via: string | null, egress: string | null): PfObserved {
-  const label = result.label;
-  const ours = label !== null && !HASH_LABEL_PREFIXES.some((p) => label.startsWith(p));
+function finish(
+  result: PfEvaluation,
+  verdict: 'pass' | 'block',
+  via: string | null,
+  egress: string | null,
+): PfObserved {
   return {
-    verdict: result.verdict === 'pass' ? 'allow' : 'deny',
-    decidedBy: ours ? label : null,
+    verdict: verdict === 'pass' ? 'allow' : 'deny',
+    decidedBy: isOurs(result.label) ? result.label : null,
     via,
     egress,
   };
+}
+
+function isOurs(label: string | null): label is string {
+  return label !== null && !HASH_LABEL_PREFIXES.some((p) => label.startsWith(p));
 }
 
 /** A packet given without its ingress arrives on its class's first interface. */

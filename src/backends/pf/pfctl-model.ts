@@ -274,7 +274,8 @@ export class PfctlModel {
   setInterface(name: string, addresses: string[] | null): void {
     if (addresses === null) Reflect.deleteProperty(this.state.interfaces, name);
     else this.state.interfaces[name] = addresses;
-    this.cache.clear();
+    // Loaded rules keep what pfctl resolved when they were loaded (each load keeps the
+    // interfaces it saw): nothing expanded changes; dynamic `(if)` and route-to read them live.
   }
 
   /** One packet at one hook, through the evaluator; counters and states move as in pf. */
@@ -300,6 +301,7 @@ export class PfctlModel {
         verdict: 'pass',
         egress: packet.egress,
         leaving,
+        routeFailed: false,
       };
     }
     const view = this.view();
