@@ -95,6 +95,8 @@ export async function gatherDarwinFacts(
         name: i.name,
         up: i.flags.includes('UP'),
         addresses: [...i.addresses],
+        // A tunnel class can find its utun by this peer (`match: { peer }`): utun numbers move.
+        ...(i.peer === null ? {} : { peer: i.peer }),
       })),
       routes: [...defaults, ...routes.filter((r) => r.destination !== 'default')].map((r) => ({
         destination: r.destination,

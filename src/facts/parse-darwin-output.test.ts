@@ -42,6 +42,8 @@ describe('macOS ifconfig output', () => {
     });
     // Point-to-point: the local address, the peer after "-->" is not ours.
     expect(byName.get('utun4')?.addresses).toEqual(['10.66.0.2/32']);
+    expect(byName.get('utun4')?.peer).toBe('10.66.0.2');
+    expect(byName.get('bridge100')?.peer).toBeNull();
   });
 
   it('refuses output it cannot place, naming the line', () => {

@@ -10,6 +10,8 @@ export interface IfconfigInterface {
   readonly status: 'active' | 'inactive' | null;
   /** Bridge members (`member: vmenet0 …`). */
   readonly members: readonly string[];
+  /** The far end of a point-to-point link (`inet A --> PEER`), the first one listed. */
+  readonly peer: string | null;
 }
 
 /**
@@ -27,6 +29,7 @@ export function parseIfconfig(text: string): IfconfigInterface[] {
     v6: string[];
     status: 'active' | 'inactive' | null;
     members: string[];
+    peer: string | null;
   }[] = [];
   for (const [index, line] of text.split('\n').entries()) {
     if (line.trim() === '') continue;
@@ -40,6 +43,7 @@ export function parseIfconfig(text: string): IfconfigInterface[] {
         v6: [],
         status: null,
         members: [],
+        peer: null,
       });
       continue;
     }
@@ -47,9 +51,10 @@ export function parseIfconfig(text: string): IfconfigInterface[] {
     if (current === undefined || !/^\s/.test(line)) {
       throw new Error(`line ${index + 1} is not an interface header nor indented: ${line}`);
     }
-    const v4 = /^\s+inet (\d+\.\d+\.\d+\.\d+)(?: --> \S+)? netmask 0x([0-9a-f]{8})/.exec(line);
+    const v4 = /^\s+inet (\d+\.\d+\.\d+\.\d+)(?: --> (\S+))? netmask 0x([0-9a-f]{8})/.exec(line);
     if (v4 !== null) {
-      current.v4.push(`${v4[1]}/${maskLength(Number.parseInt(v4[2] ?? '0', 16))}`);
+      current.v4.push(`${v4[1]}/${maskLength(Number.parseInt(v4[3] ?? '0', 16))}`);
+      current.peer ??= v4[2] ?? null;
       continue;
     }
     const v6 = /^\s+inet6 ([0-9a-f:]+)(?:%\S+)? prefixlen (\d+)/.exec(line);
@@ -72,6 +77,7 @@ export function parseIfconfig(text: string): IfconfigInterface[] {
     addresses: [...i.v4, ...i.v6],
     status: i.status,
     members: i.members,
+    peer: i.peer,
   }));
 }
 

@@ -36,6 +36,22 @@ describe('darwin facts gathered from the macOS tool models', () => {
     ]);
   });
 
+  it("gives back a utun's peer, by which a tunnel class finds its renumbered utun", async () => {
+    vi.stubEnv(MACOS_TOOLS_ENV, '/models/pfctl-model');
+    const vpn = readHostFacts(
+      join('testdata', 'policies', 'valid', 'macos-vpn-runner', 'facts.json'),
+    );
+    const runner = createPfctlModelRunner(createMacosPfHost(), {
+      macos: createMacosModelState(createMacosHostModel(vpn)),
+    });
+    const facts = await gatherFacts(runner, { os: 'darwin' });
+    const withPeer = vpn.interfaces.filter((i) => i.peer !== undefined);
+    expect(withPeer.length).toBeGreaterThan(0);
+    for (const i of withPeer) {
+      expect(facts.interfaces.find((g) => g.name === i.name)?.peer).toBe(i.peer);
+    }
+  });
+
   it('without a default route, route get fails and facts hold none', async () => {
     vi.stubEnv(MACOS_TOOLS_ENV, '/models/pfctl-model');
     const host = createMacosHostModel({

@@ -17,6 +17,8 @@ export interface MacosHostModel {
     readonly name: string;
     readonly up: boolean;
     readonly addresses: readonly string[];
+    /** A point-to-point link's far end (`inet A --> PEER`). */
+    readonly peer?: string;
   }[];
   readonly routes: readonly {
     readonly destination: string;
@@ -38,6 +40,7 @@ export function createMacosHostModel(
       name: i.name,
       up: i.up,
       addresses: [...i.addresses],
+      ...(i.peer === undefined ? {} : { peer: i.peer }),
     })),
     routes: facts.routes.map((r) => ({
       destination: r.destination,
@@ -126,7 +129,10 @@ function renderIfconfig(host: MacosHostModel): string {
       const [ip = '', length = '0'] = address.split('/');
       if (prefix?.family === 4) {
         const mask = Number(length) === 0 ? 0 : (0xffffffff << (32 - Number(length))) >>> 0;
-        const peer = i.name.startsWith('utun') ? ` --> ${ip}` : '';
+        // A utun's far end as facts give it; without one the local address again (`inet A --> A`,
+        // as in the hand-written fixture src/facts/fixtures/darwin/ifconfig.txt).
+        const far = i.peer ?? (i.name.startsWith('utun') ? ip : undefined);
+        const peer = far === undefined ? '' : ` --> ${far}`;
         lines.push(`\tinet ${ip}${peer} netmask 0x${mask.toString(16).padStart(8, '0')}`);
       } else {
         const scope = ip.startsWith('fe80:') ? `%${i.name}` : '';
