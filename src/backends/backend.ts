@@ -15,6 +15,11 @@ export interface Backend {
   readonly name: string;
   /** The layer explain and prove name for this backend's filtering (its firewall's name). */
   readonly layer: string;
+  /**
+   * The layer that picks a tunnel class's exit, when not policy routing beside the firewall
+   * (pf's `route-to` is a filter rule: `pf`). Absent: `routing`.
+   */
+  readonly routingLayer?: string;
   readonly capabilities: Capabilities;
   /** The options it takes (its owned table, routing ids, anchor), each with its flag. */
   readonly options: readonly BackendOption[];

@@ -11,9 +11,16 @@ import {
   type PacketArguments,
 } from '../ir/index.js';
 import { didYouMean, type Policy } from '../policy/index.js';
-import { registry as defaultRegistry, type BackendRegistry } from '../backends/index.js';
+import {
+  registry as defaultRegistry,
+  type Backend,
+  type BackendRegistry,
+} from '../backends/index.js';
 
-/** An explanation whose filter layer carries the name its backend gives it (Backend.layer). */
+/**
+ * An explanation whose layers carry the names its backend gives them (Backend.layer, and
+ * Backend.routingLayer where the firewall itself picks the exit).
+ */
 export interface PacketExplanation extends Omit<Explanation, 'layers'> {
   readonly layers: readonly string[];
 }
@@ -38,23 +45,29 @@ export function explainPacket(
   const result = evaluatePacket(lowerForHost(policy, facts), createHostView(facts), parsed, {
     tunnel: options.tunnel ?? 'up',
   });
-  const filterLayer = filterLayerName(registry, facts, options.backend);
-  return { ...result, layers: result.layers.map((l) => (l === 'filter' ? filterLayer : l)) };
+  const enforcer = enforcingBackend(registry, facts, options.backend);
+  const names: Record<string, string> = {
+    filter: enforcer?.layer ?? 'filter',
+    routing: enforcer?.routingLayer ?? 'routing',
+  };
+  // pf picks the exit itself (route-to): one layer, named once.
+  const layers = [...new Set(result.layers.map((l) => names[l] ?? l))];
+  return { ...result, layers };
 }
 
-/** The filter layer's name: the asked-for backend's, else the facts' backend's, else "filter". */
-function filterLayerName(
+/** The backend that enforces: the asked-for one, else the facts' one, else none in this build. */
+function enforcingBackend(
   registry: BackendRegistry,
   facts: HostFacts,
   backend: string | undefined,
-): string {
+): Backend | undefined {
   const named = registry.all().find((b) => b.name === backend);
-  if (named !== undefined) return named.layer;
+  if (named !== undefined) return named;
   try {
-    return registry.forFacts(facts).layer;
+    return registry.forFacts(facts);
   } catch (error) {
     // No backend in this build enforces on this OS: the verdict stands, the layer has no name.
-    if (isEgressguardError(error) && error.code === 'unsupported') return 'filter';
+    if (isEgressguardError(error) && error.code === 'unsupported') return undefined;
     throw error;
   }
 }

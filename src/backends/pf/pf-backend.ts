@@ -18,6 +18,8 @@ import { pfUnits } from './pf-units.js';
 export const pfBackend: Backend = {
   name: 'pf',
   layer: 'pf',
+  // route-to in the anchor picks a tunnel class's exit: no routing layer beside pf.
+  routingLayer: 'pf',
   capabilities: {
     supportsSteering: false,
     supportsKillSwitch: true,
