@@ -120,6 +120,25 @@ describe('host-IR bundles: the controller binds, the agent compiles the same thi
     expect(bind(text.replace('ingress: [vwl0]', 'ingress: [vwl9*]'), facts).ok).toBe(true);
   });
 
+  it('carries a tunnel found by its peer (macos-vpn-runner) to the agent, and refuses a match that is no address', () => {
+    const { text, facts } = load('macos-vpn-runner');
+    const bound = bind(text, facts);
+    if (!bound.ok) throw new Error(bound.message);
+    const wire = overTheWire(bound.bundle);
+    const decoded = decodePolicyIr(wire.ir);
+    expect(decoded.ok && decoded.ir.tunnelMatches).toEqual(
+      requirePolicy(join(VALID, 'macos-vpn-runner', 'policy.yaml')).policy.tunnelMatches,
+    );
+    const onAgent = compileBundle(wire, facts);
+    if (!onAgent.ok) throw new Error(onAgent.message);
+    expect(onAgent.compiled.hash).toBe(bound.hash);
+    const bad = JSON.parse(JSON.stringify(wire)) as {
+      ir: { tunnelMatches: Record<string, { peer: string | null }> };
+    };
+    for (const match of Object.values(bad.ir.tunnelMatches)) match.peer = '10.8.0.1; flush';
+    expect(decodePolicyIr(bad.ir)).toMatchObject({ ok: false });
+  });
+
   it('refuses an IR a controller could abuse: names that would break out of a ruleset', () => {
     const { text, facts } = load('linux-vpn-gateway');
     const bound = bind(text, facts);

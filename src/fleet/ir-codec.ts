@@ -131,6 +131,15 @@ export const encodedPolicyIrSchema = z.strictObject({
     z.strictObject({ kind: z.literal('named'), interface: interfaceName }),
   ]),
   tunnels: z.array(interfaceName).max(256),
+  tunnelMatches: z
+    .record(
+      interfaceName,
+      z.strictObject({
+        address: z.union([z.ipv4(), z.ipv6()]).nullable(),
+        peer: z.union([z.ipv4(), z.ipv6()]).nullable(),
+      }),
+    )
+    .refine((matches) => Object.keys(matches).length <= 256, 'at most 256 tunnel matches'),
   reassembly: z.strictObject({ kind: z.literal('reassembly'), id }),
   classes: z.array(classIr).max(1_000),
   podClasses: z.array(podClassIr).max(1_000),

@@ -286,12 +286,25 @@ function choosePackets(
       .map((a) => parsePrefix(a.split('/')[0] ?? ''))
       .filter((p): p is Prefix => p !== undefined && !isLoopback(p)),
   );
+  // Linux removes a link's IPv6 addresses when it goes down (no keep_addr_on_down), so with the
+  // tunnel down its IPv6 address is no longer the host's, while the IR's host view (the facts)
+  // still takes it as the host's: such a packet has no agreed answer and is not sent (the pf
+  // differential leaves out a down utun's addresses for the same reason).
+  const tunnelOwn6 = AddressSet.fromPrefixes(
+    facts.interfaces
+      .filter((i) => ir.tunnels.some((t) => t.name === i.name))
+      .flatMap((i) => i.addresses.map((a) => parsePrefix(a.split('/')[0] ?? '')))
+      .filter((p): p is Prefix => p !== undefined && p.family === 6),
+  );
   const sent: TestPacket[] = [];
   const unsendable: string[] = [];
   let judged = 0; // sent and no martian: the kernel's filter must decide them
   const take = (tp: TestPacket, ingress: string | undefined): void => {
     const mapped = { ...tp, packet: { ...tp.packet, ingress } };
-    const reason = unsendableReason(mapped, { linkScoped: true });
+    const reason =
+      tp.state.tunnel === 'down' && tunnelOwn6.contains(tp.packet.family, tp.packet.destination)
+        ? `destination ${formatAddress(6, tp.packet.destination)} is the down tunnel's own IPv6 address`
+        : unsendableReason(mapped, { linkScoped: true });
     if (reason !== undefined) {
       unsendable.push(reason);
       return;
