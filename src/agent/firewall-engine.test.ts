@@ -104,3 +104,43 @@ describe('the firewall engine refuses what would write outside its own scope', (
       expect(outcome.message).toContain('this agent applies egressguard/bundle/host-ir-v1 bundles');
   });
 });
+
+describe('the firewall engine refuses options only the host sets', () => {
+  const mac = packagePath('testdata/policies/valid/macos-runner-fleet');
+  const macFacts = parseHostFacts(
+    JSON.parse(readFileSync(join(mac, 'facts.json'), 'utf8')),
+    'facts.json',
+  );
+  const macBundle = (options: Record<string, string>): HostIrBundle => {
+    const binder = createHostIrBinder();
+    const prepared = binder.preparePolicy({
+      text: readFileSync(join(mac, 'policy.yaml'), 'utf8'),
+      source: 'policy.yaml',
+      pushId: 'p1',
+      options: {},
+    });
+    if (!prepared.ok) throw new Error('the example policy does not validate');
+    const bound = binder.bindHost(prepared.prepared, {
+      hostName: macFacts.hostname,
+      facts: macFacts,
+      factsDigest: null,
+      labels: {},
+    });
+    if (!bound.ok || bound.bundle.format !== BUNDLE_FORMAT) throw new Error('cannot bind');
+    return { ...bound.bundle, options };
+  };
+
+  it('compiles a pf bundle without them, and refuses one that picks the pfctl root runs or the pf.conf it writes', async () => {
+    expect((await engine().prepare(macBundle({}), macFacts)).ok).toBe(true);
+    for (const [key, value] of [
+      ['pfctl', '/tmp/not-pfctl'],
+      ['pfConf', '/etc/sudoers'],
+      ['pfAttach', 'stanza'],
+      ['pfTokenFile', '/etc/passwd'],
+    ] as const) {
+      const outcome = await engine().prepare(macBundle({ [key]: value }), macFacts);
+      expect(outcome).toMatchObject({ ok: false });
+      if (!outcome.ok) expect(outcome.message).toContain(`sets "${key}"`);
+    }
+  });
+});

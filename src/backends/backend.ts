@@ -94,6 +94,11 @@ export interface BackendOption {
   readonly flag: string;
   readonly description: string;
   readonly default?: string;
+  /**
+   * Set only on the host itself: a tool's path, a file root writes, how pf.conf is edited. A
+   * fleet push may not set it (a compromised controller must not choose what root runs or writes).
+   */
+  readonly hostOnly?: boolean;
 }
 
 /** The values of a backend's options, by key; absent: the declared default. */

@@ -25,22 +25,26 @@ export const PF_OPTIONS: readonly BackendOption[] = [
     flag: '--pf-token-file <file>',
     description: 'where egressguard keeps its own pf enable token (pfctl -E)',
     default: DEFAULT_TOKEN_FILE,
+    hostOnly: true,
   },
   {
     key: 'pfctl',
     flag: '--pfctl <path>',
     description: `the pfctl to run (default: $${PFCTL_ENV} or ${DEFAULT_PFCTL})`,
+    hostOnly: true,
   },
   {
     key: 'pfAttach',
     flag: '--pf-attach <mode>',
     description: `how pf reaches the anchor: "anchor" (a sub-anchor of the stock com.apple/* hooks, pf.conf untouched) or "stanza" (one marked block in pf.conf, anchor "${DEFAULT_STANZA_ANCHOR}", effective from the next boot)`,
+    hostOnly: true,
   },
   {
     key: 'pfConf',
     flag: '--pf-conf <file>',
     description: 'the pf.conf doctor reads and --pf-attach stanza edits',
     default: DEFAULT_PF_CONF,
+    hostOnly: true,
   },
 ];
 
