@@ -137,6 +137,11 @@ export type PushResult =
 const DEFAULT_POLL_MS = 30_000;
 /** Check-ins held in memory before one statement writes them (also written at every tick). */
 const CHECKIN_BATCH_MAX = 1000;
+/**
+ * Hosts a statement writes: each binds its id three times and its time twice, and SQLite allows
+ * 32,766 bound values a statement.
+ */
+const CHECKIN_CHUNK = 500;
 
 /**
  * The fleet's control logic over one store. Every replica runs one; they share nothing but the
@@ -157,6 +162,7 @@ export class Controller {
   readonly #pendingEvents = new WeakMap<object, Insertable<EventTable>[]>();
   /** Check-ins not yet written, by host: when each was last seen. */
   readonly #checkins = new Map<string, number>();
+  #flushing: Promise<void> = Promise.resolve();
 
   constructor(options: ControllerOptions) {
     this.#store = options.store;
@@ -492,14 +498,23 @@ export class Controller {
     if (this.#checkins.size >= CHECKIN_BATCH_MAX) await this.flushCheckins();
   }
 
-  /** Writes the check-ins held in memory; a newer time already stored (a status report) stays. */
-  async flushCheckins(): Promise<void> {
+  /**
+   * Writes the check-ins held in memory; a newer time already stored (a status report) stays.
+   * Flushes run one after another, so a caller returns only once what it saw held is written.
+   */
+  flushCheckins(): Promise<void> {
+    const run = this.#flushing.then(() => this.#writeCheckins());
+    this.#flushing = run.catch(() => undefined);
+    return run;
+  }
+
+  async #writeCheckins(): Promise<void> {
     if (this.#checkins.size === 0) return;
     const batch = [...this.#checkins];
     this.#checkins.clear();
     try {
-      for (let i = 0; i < batch.length; i += 500) {
-        const chunk = batch.slice(i, i + 500);
+      for (let i = 0; i < batch.length; i += CHECKIN_CHUNK) {
+        const chunk = batch.slice(i, i + CHECKIN_CHUNK);
         const seen = sql<number>`case id ${sql.join(
           chunk.map(([id, at]) => sql`when ${id} then cast(${at} as bigint)`),
           sql` `,
@@ -527,8 +542,6 @@ export class Controller {
   /** Takes an agent's report: hashes, the last attempt, drift, facts; re-derives conditions. */
   async reportStatus(hostId: string, report: ParsedStatusReport): Promise<void> {
     const now = this.#clock.now();
-    // This report writes a newer check-in than one held in memory.
-    this.#checkins.delete(hostId);
     const rebound = await this.#transaction(async (trx) => {
       let rebound = false;
       let host = await this.#lockHost(trx, hostId);
@@ -634,6 +647,8 @@ export class Controller {
       await trx.updateTable('hosts').set(changes).where('id', '=', hostId).execute();
       return rebound;
     });
+    // The report wrote a newer check-in than one held in memory (kept if it had failed).
+    if ((this.#checkins.get(hostId) ?? Infinity) <= now) this.#checkins.delete(hostId);
     if (rebound) await this.#store.wakeHosts([hostId]);
   }
 
