@@ -46,6 +46,21 @@ describe('macOS ifconfig output', () => {
     expect(byName.get('bridge100')?.peer).toBeNull();
   });
 
+  it("reads an IPv6 point-to-point line's address and peer (inet6 A --> PEER prefixlen N)", () => {
+    const [utun] = parseIfconfig(
+      [
+        'utun7: flags=8051<UP,POINTOPOINT,RUNNING,MULTICAST> mtu 1380',
+        '\tinet6 fe80::1%utun7 prefixlen 64 scopeid 0x14 ',
+        '\tinet6 2001:db8:8::2 --> 2001:db8:8::1 prefixlen 128 ',
+        '',
+      ].join('\n'),
+    );
+    expect(utun).toMatchObject({
+      addresses: ['fe80::1/64', '2001:db8:8::2/128'],
+      peer: '2001:db8:8::1',
+    });
+  });
+
   it('refuses output it cannot place, naming the line', () => {
     expect(() => parseIfconfig('\tinet 10.0.0.1 netmask 0xff000000\n')).toThrow(/^line 1 /);
   });

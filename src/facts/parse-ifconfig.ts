@@ -57,9 +57,12 @@ export function parseIfconfig(text: string): IfconfigInterface[] {
       current.peer ??= v4[2] ?? null;
       continue;
     }
-    const v6 = /^\s+inet6 ([0-9a-f:]+)(?:%\S+)? prefixlen (\d+)/.exec(line);
+    // A point-to-point link lists its far end here too (`inet6 A --> PEER prefixlen N`).
+    const v6 =
+      /^\s+inet6 ([0-9a-f:]+)(?:%\S+)?(?: --> ([0-9a-f:]+)(?:%\S+)?)? prefixlen (\d+)/.exec(line);
     if (v6 !== null) {
-      current.v6.push(`${v6[1]}/${v6[2]}`);
+      current.v6.push(`${v6[1]}/${v6[3]}`);
+      current.peer ??= v6[2] ?? null;
       continue;
     }
     const status = /^\s+status: (active|inactive)\s*$/.exec(line);
