@@ -84,6 +84,15 @@ describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
     );
   });
 
+  it('leaves pf.conf as it was when a step after the load fails', async () => {
+    for (const point of ['before-pf-load', 'after-pf-load', 'after-pf-reference']) {
+      const { h, pfConf } = stanzaHost(LEGACY);
+      h.faults.set(point, 'fail');
+      await expect(applyPrepared(h.target, h.prepare())).rejects.toThrow();
+      expect(readFileSync(pfConf, 'utf8'), point).toBe(LEGACY);
+    }
+  });
+
   it('migrates an older unmarked stanza and a duplicated block into one marked block', async () => {
     const legacyWithOld = `${LEGACY}${OLDER}${STANZA_BEGIN}\nanchor "egressguard"\n# END egressguard\n${STANZA_BEGIN}\n${OLDER}# END egressguard\n`;
     const { h, pfConf } = stanzaHost(legacyWithOld);

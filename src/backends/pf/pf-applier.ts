@@ -158,7 +158,9 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       const stanza = options.attach === 'stanza' ? planStanza(artifacts) : null;
       const before = await timer.time('read live', () => readLiveAnchor(pfctl, anchor));
       await runner.faults.hit('before-pf-load');
-      if (stanza?.changed === true) writePfConf(options.pfConf, stanza.text);
+      // pf.conf is written only once the anchor is in and read back, and put back if a later
+      // step fails: a refused apply leaves it as it was.
+      const original = stanza?.changed === true ? readPfConf(options.pfConf) : undefined;
       await timer.time('load', () => load(text));
       try {
         await runner.faults.hit('after-pf-load');
@@ -170,6 +172,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         if (after.fingerprint !== before.fingerprint || applyOptions.force === true) {
           await timer.time('kill states', () => killStates(artifacts));
         }
+        if (stanza?.changed === true) writePfConf(options.pfConf, stanza.text);
         // A stanza attaches from the next boot: say so, as what the apply waits for.
         const deferred =
           stanza === null
@@ -179,6 +182,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
               );
         return { deferred };
       } catch (error) {
+        if (original !== undefined) writePfConf(options.pfConf, original);
         if (applyOptions.previous !== undefined) await load(anchorText(applyOptions.previous));
         throw new EgressguardError(
           'partially-applied',
