@@ -142,7 +142,7 @@ export const statusReportSchema = z.strictObject({
       repaired: z.boolean(),
       message: z.string().max(4096),
       /** How many repairs this report stands for (the watchers' between polls); absent: one. */
-      repairs: z.number().int().positive().optional(),
+      repairs: z.number().int().positive().max(100_000).optional(),
     })
     .optional(),
   counters: z.record(z.string().max(128), z.number()).default({}),
