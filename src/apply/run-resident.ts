@@ -100,8 +100,15 @@ export async function runResident(input: {
       `Backend "${input.backend.name}" cannot watch live state`,
     );
   }
-  const inspector = input.backend.createInspector(context);
-  const applier = input.backend.createApplier(context);
+  // Read and repaired with the options the applied generation was applied with (a fleet push
+  // may change the steering priority or route table), over the resident's own.
+  const collaborators = (generation: { readonly options: BackendOptions }) => {
+    const applied = { runner: input.runner, options: { ...input.options, ...generation.options } };
+    return {
+      inspector: input.backend.createInspector(applied),
+      applier: input.backend.createApplier(applied),
+    };
+  };
   const log = (action: ResidentLogEntry['action'], message: string): void => {
     input.log({ time: new Date().toISOString(), action, message });
   };
@@ -162,7 +169,7 @@ export async function runResident(input: {
   const diagnose = async () => {
     const generation = readGeneration(input.state, FILES.applied);
     if (generation === undefined) return undefined;
-    const live = await inspector.read(generation.artifacts);
+    const live = await collaborators(generation).inspector.read(generation.artifacts);
     const tableWrong =
       !live.present || live.hash !== generation.hash || live.fingerprint !== generation.fingerprint;
     const tunnelsUp = new Set(live.tunnels.filter((t) => t.state === 'up').map((t) => t.name));
@@ -230,7 +237,7 @@ export async function runResident(input: {
       const detectedHash = live.present ? live.hash : null;
       // Forced: an edit the fingerprint saw may be in a set's elements, which a plain apply
       // leaves alone when the set's name is live.
-      const result = await applier.apply(generation.artifacts, {
+      const result = await collaborators(generation).applier.apply(generation.artifacts, {
         previous: undefined,
         routingOnly: !tableWrong,
         force: true,
