@@ -69,10 +69,8 @@ export function createFirewallEngine(
       for (const [key, value] of Object.entries({ ...target.options, ...bundle.options })) {
         if (value !== undefined) effective[key] = value;
       }
-      const hostOnly = hostOnlyKeys(target, facts, bundle.options);
-      if (hostOnly !== undefined) return Promise.resolve({ ok: false, message: hostOnly });
-      const scope = checkScope(target, facts, effective);
-      if (scope !== undefined) return Promise.resolve({ ok: false, message: scope });
+      const refused = checkPushedOptions(target, facts, { pushed: bundle.options, effective });
+      if (refused !== undefined) return Promise.resolve({ ok: false, message: refused });
       // The labels the controller holds for this host (its bootstrap token's) choose its classes.
       const labels = bundle.labels === undefined ? {} : { labels: bundle.labels };
       const result = compileBundle({ ir: bundle.ir, options: effective, ...labels }, facts, {
@@ -176,36 +174,25 @@ function appliedOptions(target: HostTarget): BackendOptions {
 }
 
 /**
- * Refuses options that move what the backend owns on this host: the agent writes its own table or
- * anchor (its `--table`, `--anchor`, or the default), never one a controller names.
+ * Refuses what a push may not choose: an option only the host sets (a tool root runs, a file root
+ * writes), and options that move what the backend owns on this host (the agent writes its own
+ * table or anchor: its `--table`, `--anchor`, or the default, never one a controller names).
  */
-/** A push that sets an option only the host may set (a tool, a file root writes) is refused. */
-function hostOnlyKeys(
+function checkPushedOptions(
   target: HostTarget,
   facts: HostFacts,
-  pushed: BackendOptions,
+  options: { readonly pushed: BackendOptions; readonly effective: BackendOptions },
 ): string | undefined {
   try {
     const backend = backendOf(target, facts);
-    const keys = backend.options
-      .filter((o) => o.hostOnly === true && pushed[o.key] !== undefined)
+    const hostOnly = backend.options
+      .filter((o) => o.hostOnly === true && options.pushed[o.key] !== undefined)
       .map((o) => `"${o.key}" (${o.flag.split(' ')[0] ?? o.key})`);
-    if (keys.length === 0) return undefined;
-    return `Cannot apply a bundle that sets ${keys.join(', ')}: only the host sets ${keys.length === 1 ? 'it' : 'them'} (a tool root runs, a file root writes); start the agent with the flag instead, and push without it`;
-  } catch (error) {
-    return `Cannot apply the bundle's backend options: ${(error as Error).message}`;
-  }
-}
-
-function checkScope(
-  target: HostTarget,
-  facts: HostFacts,
-  pushed: BackendOptions,
-): string | undefined {
-  try {
-    const backend = backendOf(target, facts);
+    if (hostOnly.length > 0) {
+      return `Cannot apply a bundle that sets ${hostOnly.join(', ')}: only the host sets ${hostOnly.length === 1 ? 'it' : 'them'} (a tool root runs, a file root writes); start the agent with the flag instead, and push without it`;
+    }
     const own = backend.describeScope(target.options);
-    const wanted = backend.describeScope(pushed);
+    const wanted = backend.describeScope(options.effective);
     if (own !== wanted) {
       return `Cannot apply a bundle that writes ${wanted}: this agent owns ${own} and writes nothing else (start the agent with that scope, or push without the option)`;
     }
