@@ -375,7 +375,7 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
     const gone = new Map(tunnelView.interfaces);
     gone.delete('utun3');
     const view = { ...tunnelView, interfaces: gone };
-    const result = evaluateForwardedPfPacket(view, createPfStateTable(), {
+    const packet = {
       family: 4,
       source: addr('192.168.64.5'),
       destination: addr('192.0.2.1'),
@@ -384,7 +384,8 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
       destinationPort: 443,
       ingress: 'bridge100',
       egress: 'en0',
-    });
+    } as const;
+    const result = evaluateForwardedPfPacket(view, createPfStateTable(), packet);
     // The rule passed it (its counters move), pf_route found no interface: nothing leaves.
     expect(result.inbound.verdict).toBe('pass');
     expect(result.inbound.label).toBe('vpn');
@@ -395,16 +396,7 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
       null,
     ]);
     // The same rule with the tunnel back sends it through, as before.
-    const back = evaluateForwardedPfPacket(tunnelView, createPfStateTable(), {
-      family: 4,
-      source: addr('192.168.64.5'),
-      destination: addr('192.0.2.1'),
-      protocol: 6,
-      sourcePort: 5000,
-      destinationPort: 443,
-      ingress: 'bridge100',
-      egress: 'en0',
-    });
+    const back = evaluateForwardedPfPacket(tunnelView, createPfStateTable(), packet);
     expect([back.verdict, back.egress, back.routeFailed]).toEqual(['pass', 'utun3', false]);
   });
 
