@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import type { KyselyPlugin } from 'kysely';
 import { afterEach, describe, expect, it } from 'vitest';
 import { packagePath } from '../core/index.js';
 import {
@@ -29,10 +30,17 @@ afterEach(async () => {
 });
 
 async function setUp(
-  options: { binder?: BundleBinder; eventsPerHost?: number; start?: number } = {},
+  options: {
+    binder?: BundleBinder;
+    eventsPerHost?: number;
+    start?: number;
+    plugin?: KyselyPlugin;
+  } = {},
 ) {
-  const store = await openStore('sqlite::memory:');
-  stores.push(store);
+  const opened = await openStore('sqlite::memory:');
+  stores.push(opened);
+  const store =
+    options.plugin === undefined ? opened : { ...opened, db: opened.db.withPlugin(options.plugin) };
   const clock = manualClock(options.start ?? 1_000_000);
   const make = () =>
     new Controller({
@@ -190,6 +198,103 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     clock.advance(1_000);
     await controller.checkIn(a);
     expect((await controller.host('a')).lastCheckinAt).toBe(1_003_000);
+  });
+
+  it('writes concurrent status reports together; a refused one is refused alone and writes nothing', async () => {
+    let eventInserts = 0;
+    const counting: KyselyPlugin = {
+      transformQuery: ({ node }) => {
+        if (node.kind === 'InsertQueryNode' && node.into?.table.identifier.name === 'events') {
+          eventInserts += 1;
+        }
+        return node;
+      },
+      transformResult: ({ result }) => Promise.resolve(result),
+    };
+    const { controller, enroll } = await setUp({ plugin: counting });
+    const names = Array.from({ length: 30 }, (_, i) => `h${String(i).padStart(2, '0')}`);
+    await enroll(names);
+    const ids = await Promise.all(names.map(async (n) => (await controller.host(n)).id));
+    const hash = (c: string) => `sha256:${c.repeat(64)}`;
+    const report = (attempt: 'applied' | 'failed') => ({
+      agentVersion: 't',
+      desiredHash: hash('a'),
+      appliedHash: attempt === 'applied' ? hash('a') : null,
+      liveHash: attempt === 'applied' ? hash('a') : null,
+      attempt: { hash: hash('a'), outcome: attempt, number: 1, message: attempt, durationMs: 5 },
+      counters: {},
+      tunnels: [],
+    });
+    eventInserts = 0;
+    const results = await Promise.allSettled([
+      ...ids.map((id) => controller.reportStatus(id, report('applied'))),
+      controller.reportStatus(ids[0] ?? '', { ...report('failed'), facts: { os: 7 } }),
+      // The same host twice in one batch: the second report sees what the first wrote.
+      controller.reportStatus(ids[1] ?? '', report('failed')),
+      controller.reportStatus(ids[1] ?? '', report('applied')),
+    ]);
+    const refused = results.filter((r) => r.status === 'rejected');
+    expect(refused).toHaveLength(1);
+    expect(String((refused[0] as PromiseRejectedResult).reason)).toMatch(/status of host "h00"/);
+    // 33 reports, at most two writers: a handful of transactions, not 33.
+    expect(eventInserts).toBeGreaterThan(0);
+    expect(eventInserts).toBeLessThanOrEqual(4);
+    for (const name of names) expect((await controller.host(name)).appliedHash).toBe(hash('a'));
+    const h00 = await controller.events({ hostName: 'h00' });
+    expect(h00.filter((e) => e.kind === 'apply-failed')).toEqual([]);
+    const h01 = await controller.events({ hostName: 'h01' });
+    expect(
+      h01.filter((e) => e.kind === 'apply-failed' || e.kind === 'applied').map((e) => e.kind),
+    ).toEqual(['applied', 'apply-failed', 'applied']);
+    expect((await controller.host('h01')).failures).toBeNull();
+  });
+
+  it('writes each report of a batch again on its own when a statement fails, so a failure stays with its host', async () => {
+    let broken = '';
+    const failing: KyselyPlugin = {
+      transformQuery: ({ node }) => {
+        if (
+          node.kind === 'UpdateQueryNode' &&
+          broken !== '' &&
+          JSON.stringify(node).includes(broken)
+        ) {
+          throw new Error('disk full');
+        }
+        return node;
+      },
+      transformResult: ({ result }) => Promise.resolve(result),
+    };
+    const { controller, enroll } = await setUp({ plugin: failing });
+    const names = ['a', 'b', 'c', 'd', 'e'];
+    await enroll(names);
+    const ids = await Promise.all(names.map(async (n) => (await controller.host(n)).id));
+    broken = ids[2] ?? '';
+    const hash = `sha256:${'b'.repeat(64)}`;
+    const results = await Promise.allSettled(
+      ids.map((id) =>
+        controller.reportStatus(id, {
+          agentVersion: 't',
+          desiredHash: hash,
+          appliedHash: hash,
+          liveHash: hash,
+          counters: {},
+          tunnels: [],
+        }),
+      ),
+    );
+    expect(results.map((r) => r.status)).toEqual([
+      'fulfilled',
+      'fulfilled',
+      'rejected',
+      'fulfilled',
+      'fulfilled',
+    ]);
+    expect(String((results[2] as PromiseRejectedResult).reason)).toMatch(/disk full/);
+    broken = '';
+    const applied = await Promise.all(
+      names.map(async (n) => (await controller.host(n)).appliedHash),
+    );
+    expect(applied).toEqual([hash, hash, null, hash, hash]);
   });
 
   it('keeps only the newest events of each host, and every rollout event', async () => {

@@ -142,6 +142,16 @@ const CHECKIN_BATCH_MAX = 1000;
  * 32,766 bound values a statement.
  */
 const CHECKIN_CHUNK = 500;
+/** Status reports one transaction writes, and how many such transactions run at once. */
+const REPORT_BATCH_MAX = 200;
+const REPORT_WRITERS = 2;
+
+interface QueuedReport {
+  readonly hostId: string;
+  readonly report: ParsedStatusReport;
+  readonly resolve: () => void;
+  readonly reject: (error: unknown) => void;
+}
 
 /**
  * The fleet's control logic over one store. Every replica runs one; they share nothing but the
@@ -163,6 +173,9 @@ export class Controller {
   /** Check-ins not yet written, by host: when each was last seen. */
   readonly #checkins = new Map<string, number>();
   #flushing: Promise<void> = Promise.resolve();
+  /** Status reports waiting to be written, and how many writers are draining them. */
+  readonly #reportQueue: QueuedReport[] = [];
+  #reportWriters = 0;
 
   constructor(options: ControllerOptions) {
     this.#store = options.store;
@@ -522,11 +535,20 @@ export class Controller {
         await this.#store.db
           .updateTable('hosts')
           .set({ last_checkin_at: seen })
-          .where(
-            'id',
-            'in',
-            chunk.map(([id]) => id),
-          )
+          .where('id', 'in', (eb) => {
+            // Locked in id order, as every statement that locks several hosts does: no deadlock
+            // with a batch of status reports.
+            const ids = eb
+              .selectFrom('hosts')
+              .select('id')
+              .where(
+                'id',
+                'in',
+                chunk.map(([id]) => id),
+              )
+              .orderBy('id');
+            return this.#store.dialect === 'postgres' ? ids.forUpdate() : ids;
+          })
           .where((eb) =>
             eb.or([eb('last_checkin_at', 'is', null), eb('last_checkin_at', '<', seen)]),
           )
@@ -539,117 +561,208 @@ export class Controller {
     }
   }
 
-  /** Takes an agent's report: hashes, the last attempt, drift, facts; re-derives conditions. */
-  async reportStatus(hostId: string, report: ParsedStatusReport): Promise<void> {
+  /**
+   * Takes an agent's report: hashes, the last attempt, drift, facts; re-derives conditions.
+   * Reports that arrive while others are being written are written together, in one
+   * transaction that locks their hosts with one statement (a report alone is five round trips
+   * on PostgreSQL: begin, lock, update, events, commit, and a converging fleet sends a thousand
+   * at once).
+   */
+  reportStatus(hostId: string, report: ParsedStatusReport): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.#reportQueue.push({ hostId, report, resolve, reject });
+      if (this.#reportWriters < REPORT_WRITERS) void this.#drainReports();
+    });
+  }
+
+  async #drainReports(): Promise<void> {
+    this.#reportWriters += 1;
+    try {
+      while (this.#reportQueue.length > 0) {
+        await this.#writeReports(this.#reportQueue.splice(0, REPORT_BATCH_MAX));
+      }
+    } finally {
+      this.#reportWriters -= 1;
+    }
+  }
+
+  async #writeReports(batch: readonly QueuedReport[]): Promise<void> {
     const now = this.#clock.now();
-    const rebound = await this.#transaction(async (trx) => {
-      let rebound = false;
-      let host = await this.#lockHost(trx, hostId);
-      const previous = JSON.parse(host.conditions) as Condition[];
-      const changes: Partial<HostRow> = {
-        last_checkin_at: now,
-        agent_version: report.agentVersion,
-        applied_hash: report.appliedHash,
-        live_hash: report.liveHash,
-        counters: JSON.stringify({ counters: report.counters, tunnels: report.tunnels }),
-        updated_at: now,
-      };
-      if (report.facts !== undefined) {
-        let facts;
-        try {
-          facts = parseHostFacts(report.facts, `status of host "${host.name}"`);
-        } catch (error) {
-          throw new RefusedError(
-            'invalid-request',
-            isEgressguardError(error) ? error.message : String(error),
-          );
-        }
-        const digest = digestFacts(facts);
-        if (digest !== host.facts_digest) {
-          changes.facts = JSON.stringify(facts);
-          changes.facts_digest = digest;
-          changes.labels = JSON.stringify({
-            ...(JSON.parse(host.labels) as Record<string, string>),
-            ...facts.labels,
-          });
-          host = { ...host, ...changes };
-          if (host.desired_push_id !== null) {
-            const desired = await this.#desiredFields(trx, host, host.desired_push_id);
-            rebound = desired.desired_hash !== host.desired_hash;
-            Object.assign(changes, desired);
-            await this.#event(trx, {
-              hostId,
-              kind: 'facts-changed',
-              message: rebound
-                ? `facts changed: desired hash now ${short(desired.desired_hash ?? null)}`
-                : 'facts changed',
-              hash: desired.desired_hash ?? null,
-            });
+    let outcomes: (boolean | RefusedError)[];
+    try {
+      outcomes = await this.#transaction(async (trx) => {
+        // Locked in id order, as every statement that locks several hosts does: no deadlock.
+        const ids = [...new Set(batch.map((item) => item.hostId))];
+        let locking = trx.selectFrom('hosts').selectAll().where('id', 'in', ids).orderBy('id');
+        if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
+        const rows = new Map((await locking.execute()).map((h) => [h.id, h]));
+        const results: (boolean | RefusedError)[] = [];
+        const events = this.#pendingEvents.get(trx) ?? [];
+        for (const { hostId, report } of batch) {
+          const host = rows.get(hostId);
+          if (host === undefined) {
+            results.push(new RefusedError('not-found', `Host "${hostId}" does not exist`));
+            continue;
           }
+          const mark = events.length;
+          try {
+            const { changes, rebound } = await this.#reportChanges(trx, host, report, now);
+            await trx.updateTable('hosts').set(changes).where('id', '=', hostId).execute();
+            rows.set(hostId, { ...host, ...changes });
+            results.push(rebound);
+          } catch (error) {
+            // A refused report (its facts do not parse) writes nothing, events included; it is
+            // refused before its update, so the transaction goes on for the others.
+            if (!(error instanceof RefusedError)) throw error;
+            events.length = mark;
+            results.push(error);
+          }
+        }
+        return results;
+      });
+    } catch (error) {
+      const [only] = batch;
+      if (batch.length === 1 && only !== undefined) {
+        only.reject(error);
+        return;
+      }
+      // A failed statement aborts the whole transaction: each report again on its own, so one
+      // report's failure is its own.
+      for (const item of batch) await this.#writeReports([item]);
+      return;
+    }
+    const rebound: string[] = [];
+    for (const [i, item] of batch.entries()) {
+      const outcome = outcomes[i];
+      if (outcome instanceof RefusedError) continue;
+      // The report wrote a newer check-in than one held in memory (kept if it had failed).
+      if ((this.#checkins.get(item.hostId) ?? Infinity) <= now) this.#checkins.delete(item.hostId);
+      if (outcome === true) rebound.push(item.hostId);
+    }
+    let wakeFailure: unknown;
+    try {
+      if (rebound.length > 0) await this.#store.wakeHosts([...new Set(rebound)]);
+    } catch (error) {
+      wakeFailure = error;
+    }
+    for (const [i, item] of batch.entries()) {
+      const outcome = outcomes[i];
+      if (outcome instanceof RefusedError) item.reject(outcome);
+      else if (outcome === true && wakeFailure !== undefined) item.reject(wakeFailure);
+      else item.resolve();
+    }
+  }
+
+  /** What one report changes on its (locked) host row; the events it records are buffered. */
+  async #reportChanges(
+    trx: Transaction<Database>,
+    locked: HostRow,
+    report: ParsedStatusReport,
+    now: number,
+  ): Promise<{ changes: Partial<HostRow>; rebound: boolean }> {
+    const hostId = locked.id;
+    let host = locked;
+    let rebound = false;
+    const previous = JSON.parse(host.conditions) as Condition[];
+    const changes: Partial<HostRow> = {
+      last_checkin_at: now,
+      agent_version: report.agentVersion,
+      applied_hash: report.appliedHash,
+      live_hash: report.liveHash,
+      counters: JSON.stringify({ counters: report.counters, tunnels: report.tunnels }),
+      updated_at: now,
+    };
+    if (report.facts !== undefined) {
+      let facts;
+      try {
+        facts = parseHostFacts(report.facts, `status of host "${host.name}"`);
+      } catch (error) {
+        throw new RefusedError(
+          'invalid-request',
+          isEgressguardError(error) ? error.message : String(error),
+        );
+      }
+      const digest = digestFacts(facts);
+      if (digest !== host.facts_digest) {
+        changes.facts = JSON.stringify(facts);
+        changes.facts_digest = digest;
+        changes.labels = JSON.stringify({
+          ...(JSON.parse(host.labels) as Record<string, string>),
+          ...facts.labels,
+        });
+        host = { ...host, ...changes };
+        if (host.desired_push_id !== null) {
+          const desired = await this.#desiredFields(trx, host, host.desired_push_id);
+          rebound = desired.desired_hash !== host.desired_hash;
+          Object.assign(changes, desired);
+          await this.#event(trx, {
+            hostId,
+            kind: 'facts-changed',
+            message: rebound
+              ? `facts changed: desired hash now ${short(desired.desired_hash ?? null)}`
+              : 'facts changed',
+            hash: desired.desired_hash ?? null,
+          });
         }
       }
-      const attempt = report.attempt;
-      if (attempt !== undefined) {
-        changes.last_attempted_hash = attempt.hash;
-        if (attempt.outcome === 'applied') {
-          if (host.failure_hash === attempt.hash) {
-            changes.failure_hash = null;
-            changes.failure_count = 0;
-            changes.next_attempt_at = null;
-            changes.last_error = null;
-          }
-          if (host.invalid_hash === attempt.hash) {
-            changes.invalid_hash = null;
-            changes.invalid_message = null;
-          }
-          await this.#event(trx, {
-            hostId,
-            kind: 'applied',
-            message: `applied ${short(attempt.hash)} (attempt ${attempt.number}, ${Math.round(attempt.durationMs)} ms)`,
-            hash: attempt.hash,
-          });
-        } else if (attempt.outcome === 'failed') {
-          changes.failure_hash = attempt.hash;
-          changes.failure_count = attempt.number;
-          changes.next_attempt_at =
-            attempt.nextAttemptInMs === undefined ? null : now + attempt.nextAttemptInMs;
-          changes.last_error = attempt.message;
-          await this.#event(trx, {
-            hostId,
-            kind: 'apply-failed',
-            message: `attempt ${attempt.number} at ${short(attempt.hash)} failed: ${attempt.message}`,
-            hash: attempt.hash,
-          });
-        } else {
-          changes.invalid_hash = attempt.hash;
-          changes.invalid_message = attempt.message;
-          await this.#event(trx, {
-            hostId,
-            kind: 'bundle-invalid',
-            message: `bundle ${short(attempt.hash)} cannot be valid on this host: ${attempt.message}`,
-            hash: attempt.hash,
-          });
+    }
+    const attempt = report.attempt;
+    if (attempt !== undefined) {
+      changes.last_attempted_hash = attempt.hash;
+      if (attempt.outcome === 'applied') {
+        if (host.failure_hash === attempt.hash) {
+          changes.failure_hash = null;
+          changes.failure_count = 0;
+          changes.next_attempt_at = null;
+          changes.last_error = null;
         }
-      }
-      if (report.drift !== undefined) {
+        if (host.invalid_hash === attempt.hash) {
+          changes.invalid_hash = null;
+          changes.invalid_message = null;
+        }
         await this.#event(trx, {
           hostId,
-          kind: report.drift.repaired ? 'drift-repaired' : 'drift',
-          message: report.drift.message,
-          hash: report.drift.detectedHash,
+          kind: 'applied',
+          message: `applied ${short(attempt.hash)} (attempt ${attempt.number}, ${Math.round(attempt.durationMs)} ms)`,
+          hash: attempt.hash,
+        });
+      } else if (attempt.outcome === 'failed') {
+        changes.failure_hash = attempt.hash;
+        changes.failure_count = attempt.number;
+        changes.next_attempt_at =
+          attempt.nextAttemptInMs === undefined ? null : now + attempt.nextAttemptInMs;
+        changes.last_error = attempt.message;
+        await this.#event(trx, {
+          hostId,
+          kind: 'apply-failed',
+          message: `attempt ${attempt.number} at ${short(attempt.hash)} failed: ${attempt.message}`,
+          hash: attempt.hash,
+        });
+      } else {
+        changes.invalid_hash = attempt.hash;
+        changes.invalid_message = attempt.message;
+        await this.#event(trx, {
+          hostId,
+          kind: 'bundle-invalid',
+          message: `bundle ${short(attempt.hash)} cannot be valid on this host: ${attempt.message}`,
+          hash: attempt.hash,
         });
       }
-      const next = { ...host, ...changes };
-      changes.converged_since = convergedSince(next, now);
-      const conditions = this.#conditionsFor({ ...next, ...changes }, previous, now);
-      changes.conditions = JSON.stringify(conditions);
-      await this.#recordTransitions(trx, hostId, previous, conditions);
-      await trx.updateTable('hosts').set(changes).where('id', '=', hostId).execute();
-      return rebound;
-    });
-    // The report wrote a newer check-in than one held in memory (kept if it had failed).
-    if ((this.#checkins.get(hostId) ?? Infinity) <= now) this.#checkins.delete(hostId);
-    if (rebound) await this.#store.wakeHosts([hostId]);
+    }
+    if (report.drift !== undefined) {
+      await this.#event(trx, {
+        hostId,
+        kind: report.drift.repaired ? 'drift-repaired' : 'drift',
+        message: report.drift.message,
+        hash: report.drift.detectedHash,
+      });
+    }
+    const next = { ...host, ...changes };
+    changes.converged_since = convergedSince(next, now);
+    const conditions = this.#conditionsFor({ ...next, ...changes }, previous, now);
+    changes.conditions = JSON.stringify(conditions);
+    await this.#recordTransitions(trx, hostId, previous, conditions);
+    return { changes, rebound };
   }
 
   // ── operators ─────────────────────────────────────────────────────────────────────────────
@@ -932,7 +1045,11 @@ export class Controller {
             onceKey: `${rolloutId}/wave/${current}/started`,
           });
           // One locking read for the whole wave (a thousand hosts are a thousand round trips).
-          let locking = trx.selectFrom('hosts').selectAll().where('id', 'in', hostIds);
+          let locking = trx
+            .selectFrom('hosts')
+            .selectAll()
+            .where('id', 'in', hostIds)
+            .orderBy('id');
           if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
           const rows = new Map(
             (hostIds.length === 0 ? [] : await locking.execute()).map((h) => [h.id, h]),
@@ -1225,6 +1342,7 @@ export class Controller {
       .where((eb) =>
         eb.or([eb('desired_push_id', 'is', null), eb('desired_push_id', '!=', rollout.push_id)]),
       )
+      .orderBy('id')
       .execute();
     for (const host of stragglers) await this.#setDesired(trx, host, rollout.push_id, now);
     return { state: 'succeeded', woken: stragglers.map((h) => h.id) };
