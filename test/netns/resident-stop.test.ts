@@ -1,4 +1,3 @@
-import { readdirSync, readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runResident, type ResidentPass } from '../../src/apply/index.js';
 import {
@@ -18,6 +17,7 @@ import {
   liveStamp,
   pollUntil,
 } from './support/vpn-gateway-lab.js';
+import { monitorsInNamespace } from './support/namespace-monitors.js';
 
 // The resident stops only once a repair in flight is done (review finding: `runResident` resolved
 // while a reconcile was still applying, so an agent stopped by SIGTERM or decommissioned could
@@ -53,20 +53,6 @@ class HeldCommit extends Faults {
     this.#held = true;
     await this.#opened;
   }
-}
-
-/** How many monitors run in the namespace (its name is unique: every one is the resident's). */
-function monitorsIn(ns: string): number {
-  let count = 0;
-  for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
-    try {
-      const argv = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-      if (argv.includes('monitor') && argv.some((a) => a.includes(ns))) count += 1;
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return count;
 }
 
 describe('the resident stops only after the repair in flight', () => {
@@ -141,13 +127,15 @@ describe('the resident stops only after the repair in flight', () => {
         'the watcher to see the other table',
       ).toBe(true);
 
+      expect(await monitorsInNamespace(lab.ns(HOST))).toHaveLength(3);
       controller.abort();
       // The monitors stop at once; a resident that did not wait for its repair has resolved by
       // then (its end is promise steps after the abort, their exit is processes ending).
       expect(
-        await pollUntil(() => Promise.resolve(monitorsIn(lab.ns(HOST)) === 0 ? true : undefined), {
-          timeoutMs: BOUND_MS,
-        }),
+        await pollUntil(
+          async () => ((await monitorsInNamespace(lab.ns(HOST))).length === 0 ? true : undefined),
+          { timeoutMs: BOUND_MS },
+        ),
         'the monitors to stop',
       ).toBe(true);
       await new Promise((resolve) => setImmediate(resolve));
