@@ -16,6 +16,7 @@ import {
   type StatusReport,
 } from '../fleet/index.js';
 import { StateDir } from '../state/index.js';
+import type { ResidentPass } from '../apply/index.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { HostEngine, PreparedGeneration } from './host-engine.js';
 import { Reconciler, type ReconcilerMemory } from './reconciler.js';
@@ -58,6 +59,8 @@ export interface AgentOptions<P extends PreparedGeneration> {
   readonly backoff?: BackoffPolicy;
   /** Backoff while the controller cannot be reached (default 1 s doubling to 60 s). */
   readonly connectBackoff?: BackoffPolicy;
+  /** Backoff of restarts of the watchers after they failed (default 1 s doubling to 60 s). */
+  readonly watchBackoff?: BackoffPolicy;
   /** The first poll waits up to this long (spreads a fleet that starts at once). */
   readonly startJitterMs?: number;
   /** Each later poll waits up to this long more. */
@@ -145,27 +148,25 @@ export async function runAgent<P extends PreparedGeneration>(
     watching.abort();
   };
   signal.addEventListener('abort', stopWatching, { once: true });
-  const watched = options.engine
-    .watch?.({
-      signal: watching.signal,
-      log,
-      onPass: (pass) => {
-        if (pass.repair !== undefined) {
-          reconciler.noteRepair(pass.repair);
-          options.metrics?.recordRepair(pass.repair.what, 'watcher');
-          log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
-        }
-        if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
-          wakeup.abort();
-        }
-      },
-    })
-    .catch((error: unknown) => {
-      // Never fatal: each round still repairs drift, only later.
-      log(
-        `warning: the watchers stopped: ${(error as Error).message}; drift is repaired at each round`,
-      );
-    });
+  const watched = keepWatching({
+    engine: options.engine,
+    signal: watching.signal,
+    clock,
+    random,
+    backoff: options.watchBackoff ?? { baseMs: 1_000, capMs: 60_000 },
+    log,
+    ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+    onPass: (pass) => {
+      if (pass.repair !== undefined) {
+        reconciler.noteRepair(pass.repair);
+        options.metrics?.recordRepair(pass.repair.what, 'watcher');
+        log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
+      }
+      if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
+        wakeup.abort();
+      }
+    },
+  });
   try {
     while (!signal.aborted) {
       if (wakeup.signal.aborted) wakeup = new AbortController();
@@ -255,9 +256,50 @@ export async function runAgent<P extends PreparedGeneration>(
     return 'stopped';
   } finally {
     signal.removeEventListener('abort', stopWatching);
+    // The watchers finish a repair in flight before the agent says it stopped.
     watching.abort();
     await watched;
     connection.close();
+  }
+}
+
+/**
+ * Runs the engine's watchers until `signal` aborts, and starts them again with backoff when they
+ * fail (a monitor died): without them drift is repaired only at each round, minutes apart.
+ */
+async function keepWatching<P extends PreparedGeneration>(input: {
+  readonly engine: HostEngine<P>;
+  readonly signal: AbortSignal;
+  readonly clock: AgentClock;
+  readonly random: () => number;
+  readonly backoff: BackoffPolicy;
+  readonly log: (line: string) => void;
+  readonly metrics?: AgentMetrics;
+  readonly onPass: (pass: ResidentPass) => void;
+}): Promise<void> {
+  const { engine, signal, clock, backoff, log } = input;
+  if (engine.watch === undefined) return;
+  let failures = 0;
+  let restarts = 0;
+  while (!signal.aborted) {
+    const started = clock.now();
+    try {
+      // Resolves when stopped, or at once when the host's backend cannot watch.
+      await engine.watch({ signal, log, onPass: input.onPass });
+      return;
+    } catch (error) {
+      if (isAborted(signal)) return;
+      // Watchers that ran longer than the cap were healthy: count failures afresh.
+      if (clock.now() - started >= backoff.capMs) failures = 0;
+      failures += 1;
+      restarts += 1;
+      const delay = backoffDelay(failures, backoff, input.random);
+      input.metrics?.recordWatcherRestart();
+      log(
+        `warning: the watchers stopped: ${(error as Error).message}; starting them again in ${(delay / 1000).toFixed(1)} s (restart ${restarts}); drift is repaired at each round meanwhile`,
+      );
+      await clock.sleep(delay, signal);
+    }
   }
 }
 

@@ -8,6 +8,7 @@ import { createHostIrBinder, type HostView } from '../../src/fleet/index.js';
 import { createRunner } from '../../src/runner/index.js';
 import type { RunningServer } from '../../src/server/index.js';
 import { REPO } from '../e2e-cli/run-cli.js';
+import { monitorsInNamespace } from '../netns/support/namespace-monitors.js';
 import { createScratch, startTestServer, waitFor } from './support/fleet-lab.js';
 
 // The agent under the resident mode's watchers (DESIGN.md §4 "a resident watcher repairs a
@@ -134,6 +135,8 @@ describe('the agent under the resident mode watchers (real agent process, netns,
       },
       60_000,
     ).catch(explain);
+  /** The agent's log since line `from`, as one text. */
+  const logSince = (from: number) => log.slice(from).join('');
   const tunnelRoutes = async () =>
     (await ipInNs(['route', 'show', 'table', 'all'], 'read')).stdout
       .split('\n')
@@ -302,6 +305,47 @@ describe('the agent under the resident mode watchers (real agent process, netns,
       60_000,
     ).catch(explain);
     expect(event.message).toMatch(/routes re-converged|of routes|differed from applied/);
+  }, 120_000);
+
+  it('starts the watchers again when one of their monitors dies, and they repair again', async () => {
+    const from = log.length;
+    const monitors = () => monitorsInNamespace(ns);
+    const ruleset = (await monitors()).find((m) => m.argv.endsWith('monitor ruleset'));
+    if (ruleset === undefined) throw new Error('the watchers run no `nft monitor ruleset`');
+    // A monitor that dies (killed, out of memory): the watchers would be blind without a restart.
+    process.kill(ruleset.pid, 'SIGKILL');
+    await waitFor(
+      'the agent to start the watchers again',
+      () => (logSince(from).includes('watcher watching:') ? true : undefined),
+      60_000,
+    ).catch(explain);
+    expect(logSince(from)).toMatch(
+      /warning: the watchers stopped: Cannot watch live state: "nft monitor ruleset" exited; starting them again in [\d.]+ s \(restart 1\)/,
+    );
+    // The failed watchers' other monitors were stopped: three monitors, all new.
+    const now = await monitors();
+    expect(now.map((m) => m.argv.split(' ').slice(-2).join(' ')).sort()).toEqual([
+      'monitor link',
+      'monitor route',
+      'monitor ruleset',
+    ]);
+    expect(now.map((m) => m.pid)).not.toContain(ruleset.pid);
+
+    // And they work: a deleted table is repaired by them (at once, or at their 10 s tick if the
+    // new ruleset monitor was not listening yet).
+    await agentParked();
+    const repairedFrom = log.length;
+    const deleted = await nft(['delete', 'table', 'inet', 'egressguard']);
+    expect(deleted.exitCode).toBe(0);
+    await waitFor(
+      'the restarted watchers to repair the table',
+      () =>
+        logSince(repairedFrom).includes('repaired table between polls: table was deleted')
+          ? true
+          : undefined,
+      60_000,
+    ).catch(explain);
+    expect(await liveTable()).toContain(`eg-hash:${(await host()).appliedHash ?? ''}`);
   }, 120_000);
 
   it('keeps enforcing with the controller stopped, and reports the repairs when it is back', async () => {
