@@ -140,9 +140,10 @@ export async function runAgent<P extends PreparedGeneration>(
   let pending: StatusReport | undefined;
   connectFailures = 0;
   // Between rounds the engine's watchers (the resident mode's) repair drift as it happens; a
-  // repair, or a link or route event (facts, tunnels), ends the current wait so the controller
-  // hears of it at once rather than at the next poll.
-  let wakeup = new AbortController();
+  // repair, or a link or route event (facts, tunnels), ends the current round's wait so the
+  // controller hears of it at once rather than at the next poll. Never a backoff's: a repair
+  // needs no poll, and a controller that is down must not be called at every link event.
+  let round: Round | undefined;
   const watching = new AbortController();
   const stopWatching = (): void => {
     watching.abort();
@@ -163,14 +164,14 @@ export async function runAgent<P extends PreparedGeneration>(
         log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
       }
       if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
-        wakeup.abort();
+        round?.wake();
       }
     },
   });
   try {
     while (!signal.aborted) {
-      if (wakeup.signal.aborted) wakeup = new AbortController();
-      const round = AbortSignal.any([signal, wakeup.signal]);
+      round?.end();
+      round = startRound(signal);
       // Reconcile with what we have: the controller being away never stops enforcement.
       const report = await reconciler.step((attempt) => {
         options.metrics?.recordAttempt(attempt);
@@ -216,7 +217,7 @@ export async function runAgent<P extends PreparedGeneration>(
         });
         const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
           token: enrollment.credential,
-          signal: round,
+          signal: round.signal,
           timeoutMs: waitMs + 30_000,
         });
         options.metrics?.recordReachable(true);
@@ -232,12 +233,13 @@ export async function runAgent<P extends PreparedGeneration>(
           throw refusal('poll for a bundle', answer.status, describeRefusal(answer));
         await clock.sleep(
           random() * (options.pollJitterMs ?? Math.min(1_000, pollWaitMs / 20)),
-          round,
+          round.signal,
         );
       } catch (error) {
         if (isAborted(signal)) break;
-        // Woken by the watchers: report at once; the controller was not at fault.
-        if (isAborted(wakeup.signal)) continue;
+        // The long poll ended by the watchers: report at once; the controller was not at fault.
+        // Only that: a request that failed of itself while a wakeup came is a failure.
+        if (round.signal.aborted && isAbortError(error)) continue;
         options.metrics?.recordReachable(false);
         connectFailures += 1;
         const delay = backoffDelay(connectFailures, connectBackoff, random);
@@ -249,18 +251,48 @@ export async function runAgent<P extends PreparedGeneration>(
           nextAttempt === undefined
             ? delay
             : Math.min(delay, Math.max(0, nextAttempt - clock.now())),
-          round,
+          signal,
         );
       }
     }
     return 'stopped';
   } finally {
+    round?.end();
     signal.removeEventListener('abort', stopWatching);
     // The watchers finish a repair in flight before the agent says it stopped.
     watching.abort();
     await watched;
     connection.close();
   }
+}
+
+/** One round's signal: aborted by the agent's stop or by a wakeup from the watchers. */
+interface Round {
+  readonly signal: AbortSignal;
+  wake(): void;
+  /** Takes its listener off the stop signal. */
+  end(): void;
+}
+
+/**
+ * A controller per round, whose listener on the long-lived stop signal is removed at the round's
+ * end. Not AbortSignal.any([stop, wakeup]) each round: on Node 20 every combined signal stays
+ * among the stop signal's dependants (nodejs/node#55351, #54614), one more per round for ever.
+ */
+function startRound(stop: AbortSignal): Round {
+  const controller = new AbortController();
+  const abort = (): void => {
+    controller.abort();
+  };
+  if (stop.aborted) abort();
+  else stop.addEventListener('abort', abort, { once: true });
+  return {
+    signal: controller.signal,
+    wake: abort,
+    end: () => {
+      stop.removeEventListener('abort', abort);
+    },
+  };
 }
 
 /**
@@ -440,6 +472,14 @@ function decommissioned(log: (line: string) => void): 'decommissioned' {
     'the controller decommissioned this host: stopping (the applied rules stay; remove them with `egressguard remove`)',
   );
   return 'decommissioned';
+}
+
+/** Whether a request failed because its signal aborted (the error, or what it wraps). */
+function isAbortError(error: unknown): boolean {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e.name === 'AbortError') return true;
+  }
+  return false;
 }
 
 /** Read through a call: TypeScript would narrow `signal.aborted` to false inside the loop. */
