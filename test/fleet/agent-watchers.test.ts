@@ -39,6 +39,9 @@ classes:
     default: allow
 `;
 const ROLLOUT = { canary: 0, maxUnavailable: 10, bakeMs: 0, maxFailures: 10 };
+/** The steering rule's default priority, and the one a later push moves it to. */
+const DEFAULT_PRIORITY = '7350';
+const PRIORITY = '7400';
 /** Ten minutes: anything the test sees within its hang bounds happened between polls. */
 const POLL_INTERVAL_MS = 600_000;
 
@@ -391,5 +394,64 @@ describe('the agent under the resident mode watchers (real agent process, netns,
     );
     const after = await host();
     expect(after.liveHash).toBe(before.appliedHash);
+  }, 300_000);
+
+  it('repairs with the options of the latest push: a rule deleted after a push moved its priority comes back at the new one', async () => {
+    // Started (again, above) before this push, the watchers must take the options a generation
+    // was applied with, not those they started with (review finding).
+    const rules = async () => (await ipInNs(['rule', 'show'], 'read')).stdout;
+    const ours = (priority: string) => new RegExp(`^${priority}:\\s+from 10\\.10\\.0\\.0/24`, 'm');
+    expect(await rules()).toMatch(ours(DEFAULT_PRIORITY));
+    const pushed = await controller().push(
+      {
+        text: POLICY,
+        source: 'watchers.yaml',
+        rollout: ROLLOUT,
+        options: { rulePriority: PRIORITY },
+      },
+      'test',
+    );
+    if (!pushed.ok) throw new Error(pushed.issues.map((i) => i.message).join('; '));
+    const applied = await waitFor(
+      'host-w to apply the push with the new priority',
+      async () => {
+        const h = await host();
+        return h.desiredPushId === pushed.pushId &&
+          h.appliedHash === h.desiredHash &&
+          h.liveHash === h.desiredHash
+          ? h
+          : undefined;
+      },
+      120_000,
+    ).catch(explain);
+    expect(await rules()).toMatch(ours(PRIORITY));
+    expect(await rules()).not.toMatch(ours(DEFAULT_PRIORITY));
+
+    // No monitor sees routing rules: the watchers' 10 s tick finds it missing.
+    await agentParked();
+    const from = log.length;
+    await ipInNs(['rule', 'del', 'priority', PRIORITY], 'change');
+    expect(await rules()).not.toMatch(ours(PRIORITY));
+    await waitFor(
+      'the watchers to put the rule back',
+      () => (logSince(from).includes('repaired routes between polls') ? true : undefined),
+      60_000,
+    ).catch(explain);
+    expect(await rules()).toMatch(ours(PRIORITY));
+    expect(await rules()).not.toMatch(ours(DEFAULT_PRIORITY));
+
+    // The table too: repaired to the generation of this push (once the round the repair above
+    // woke is over, or it could be the one to find the table gone).
+    await agentParked();
+    const deletedFrom = log.length;
+    expect((await nft(['delete', 'table', 'inet', 'egressguard'])).exitCode).toBe(0);
+    await waitFor(
+      'the watchers to repair the table',
+      () => (logSince(deletedFrom).includes('repaired table between polls') ? true : undefined),
+      60_000,
+    ).catch(explain);
+    expect(await liveTable()).toContain(`eg-hash:${applied.appliedHash ?? ''}`);
+    expect(await rules()).toMatch(ours(PRIORITY));
+    expect(await rules()).not.toMatch(ours(DEFAULT_PRIORITY));
   }, 300_000);
 });
