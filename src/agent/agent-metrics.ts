@@ -10,6 +10,8 @@ export interface AgentMetrics {
   recordReachable(reachable: boolean): void;
   /** A repair of drift: by the watchers between rounds, or by a round applying the generation again. */
   recordRepair(what: 'table' | 'routes' | 'generation', by: 'watcher' | 'round'): void;
+  /** The watchers failed and are started again. */
+  recordWatcherRestart(): void;
 }
 
 export function createAgentMetrics(): AgentMetrics {
@@ -49,6 +51,11 @@ export function createAgentMetrics(): AgentMetrics {
     labelNames: ['what', 'by'] as const,
     registers,
   });
+  const watcherRestarts = new Counter({
+    name: 'egressguard_agent_watcher_restarts_total',
+    help: "Restarts of the watchers (the resident mode's, between polls) after they failed",
+    registers,
+  });
   const tunnelUp = new Gauge({
     name: 'egressguard_agent_tunnel_up',
     help: '1 when the tunnel is up',
@@ -80,6 +87,9 @@ export function createAgentMetrics(): AgentMetrics {
     },
     recordRepair: (what, by) => {
       repairs.inc({ what, by });
+    },
+    recordWatcherRestart: () => {
+      watcherRestarts.inc();
     },
   };
 }

@@ -16,6 +16,7 @@ import {
   type StatusReport,
 } from '../fleet/index.js';
 import { StateDir } from '../state/index.js';
+import type { ResidentPass } from '../apply/index.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { HostEngine, PreparedGeneration } from './host-engine.js';
 import { Reconciler, type ReconcilerMemory } from './reconciler.js';
@@ -58,6 +59,8 @@ export interface AgentOptions<P extends PreparedGeneration> {
   readonly backoff?: BackoffPolicy;
   /** Backoff while the controller cannot be reached (default 1 s doubling to 60 s). */
   readonly connectBackoff?: BackoffPolicy;
+  /** Backoff of restarts of the watchers after they failed (default 1 s doubling to 60 s). */
+  readonly watchBackoff?: BackoffPolicy;
   /** The first poll waits up to this long (spreads a fleet that starts at once). */
   readonly startJitterMs?: number;
   /** Each later poll waits up to this long more. */
@@ -137,39 +140,38 @@ export async function runAgent<P extends PreparedGeneration>(
   let pending: StatusReport | undefined;
   connectFailures = 0;
   // Between rounds the engine's watchers (the resident mode's) repair drift as it happens; a
-  // repair, or a link or route event (facts, tunnels), ends the current wait so the controller
-  // hears of it at once rather than at the next poll.
-  let wakeup = new AbortController();
+  // repair, or a link or route event (facts, tunnels), ends the current round's wait so the
+  // controller hears of it at once rather than at the next poll. Never a backoff's: a repair
+  // needs no poll, and a controller that is down must not be called at every link event.
+  let round: Round | undefined;
   const watching = new AbortController();
   const stopWatching = (): void => {
     watching.abort();
   };
   signal.addEventListener('abort', stopWatching, { once: true });
-  const watched = options.engine
-    .watch?.({
-      signal: watching.signal,
-      log,
-      onPass: (pass) => {
-        if (pass.repair !== undefined) {
-          reconciler.noteRepair(pass.repair);
-          options.metrics?.recordRepair(pass.repair.what, 'watcher');
-          log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
-        }
-        if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
-          wakeup.abort();
-        }
-      },
-    })
-    .catch((error: unknown) => {
-      // Never fatal: each round still repairs drift, only later.
-      log(
-        `warning: the watchers stopped: ${(error as Error).message}; drift is repaired at each round`,
-      );
-    });
+  const watched = keepWatching({
+    engine: options.engine,
+    signal: watching.signal,
+    clock,
+    random,
+    backoff: options.watchBackoff ?? { baseMs: 1_000, capMs: 60_000 },
+    log,
+    ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+    onPass: (pass) => {
+      if (pass.repair !== undefined) {
+        reconciler.noteRepair(pass.repair);
+        options.metrics?.recordRepair(pass.repair.what, 'watcher');
+        log(`repaired ${pass.repair.what} between polls: ${pass.repair.message}`);
+      }
+      if (pass.repair !== undefined || pass.trigger === 'link' || pass.trigger === 'route') {
+        round?.wake();
+      }
+    },
+  });
   try {
     while (!signal.aborted) {
-      if (wakeup.signal.aborted) wakeup = new AbortController();
-      const round = AbortSignal.any([signal, wakeup.signal]);
+      round?.end();
+      round = startRound(signal);
       // Reconcile with what we have: the controller being away never stops enforcement.
       const report = await reconciler.step((attempt) => {
         options.metrics?.recordAttempt(attempt);
@@ -215,7 +217,7 @@ export async function runAgent<P extends PreparedGeneration>(
         });
         const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
           token: enrollment.credential,
-          signal: round,
+          signal: round.signal,
           timeoutMs: waitMs + 30_000,
         });
         options.metrics?.recordReachable(true);
@@ -231,12 +233,13 @@ export async function runAgent<P extends PreparedGeneration>(
           throw refusal('poll for a bundle', answer.status, describeRefusal(answer));
         await clock.sleep(
           random() * (options.pollJitterMs ?? Math.min(1_000, pollWaitMs / 20)),
-          round,
+          round.signal,
         );
       } catch (error) {
         if (isAborted(signal)) break;
-        // Woken by the watchers: report at once; the controller was not at fault.
-        if (isAborted(wakeup.signal)) continue;
+        // The long poll ended by the watchers: report at once; the controller was not at fault.
+        // Only that: a request that failed of itself while a wakeup came is a failure.
+        if (round.signal.aborted && isAbortError(error)) continue;
         options.metrics?.recordReachable(false);
         connectFailures += 1;
         const delay = backoffDelay(connectFailures, connectBackoff, random);
@@ -248,16 +251,87 @@ export async function runAgent<P extends PreparedGeneration>(
           nextAttempt === undefined
             ? delay
             : Math.min(delay, Math.max(0, nextAttempt - clock.now())),
-          round,
+          signal,
         );
       }
     }
     return 'stopped';
   } finally {
+    round?.end();
     signal.removeEventListener('abort', stopWatching);
+    // The watchers finish a repair in flight before the agent says it stopped.
     watching.abort();
     await watched;
     connection.close();
+  }
+}
+
+/** One round's signal: aborted by the agent's stop or by a wakeup from the watchers. */
+interface Round {
+  readonly signal: AbortSignal;
+  wake(): void;
+  /** Takes its listener off the stop signal. */
+  end(): void;
+}
+
+/**
+ * A controller per round, whose listener on the long-lived stop signal is removed at the round's
+ * end. Not AbortSignal.any([stop, wakeup]) each round: on Node 20 every combined signal stays
+ * among the stop signal's dependants (nodejs/node#55351, #54614), one more per round for ever.
+ */
+function startRound(stop: AbortSignal): Round {
+  const controller = new AbortController();
+  const abort = (): void => {
+    controller.abort();
+  };
+  if (stop.aborted) abort();
+  else stop.addEventListener('abort', abort, { once: true });
+  return {
+    signal: controller.signal,
+    wake: abort,
+    end: () => {
+      stop.removeEventListener('abort', abort);
+    },
+  };
+}
+
+/**
+ * Runs the engine's watchers until `signal` aborts, and starts them again with backoff when they
+ * fail (a monitor died): without them drift is repaired only at each round, minutes apart.
+ */
+async function keepWatching<P extends PreparedGeneration>(input: {
+  readonly engine: HostEngine<P>;
+  readonly signal: AbortSignal;
+  readonly clock: AgentClock;
+  readonly random: () => number;
+  readonly backoff: BackoffPolicy;
+  readonly log: (line: string) => void;
+  readonly metrics?: AgentMetrics;
+  readonly onPass: (pass: ResidentPass) => void;
+}): Promise<void> {
+  const { engine, signal, clock, backoff, log } = input;
+  if (engine.watch === undefined) return;
+  let failures = 0;
+  let restarts = 0;
+  while (!signal.aborted) {
+    const started = clock.now();
+    try {
+      // Resolves when stopped, or at once when the host's backend cannot watch.
+      await engine.watch({ signal, log, onPass: input.onPass });
+      return;
+    } catch (error) {
+      if (isAborted(signal)) return;
+      // Watchers that ran longer than the cap were healthy: count failures afresh.
+      if (clock.now() - started >= backoff.capMs) failures = 0;
+      failures += 1;
+      restarts += 1;
+      const delay = backoffDelay(failures, backoff, input.random);
+      input.metrics?.recordWatcherRestart();
+      log(
+        `warning: the watchers stopped: ${(error as Error).message}; starting them again in ${(delay / 1000).toFixed(1)} s (restart ${restarts}); drift is repaired at each round meanwhile`,
+      );
+      await clock.sleep(delay, signal);
+    }
   }
 }
 
@@ -398,6 +472,14 @@ function decommissioned(log: (line: string) => void): 'decommissioned' {
     'the controller decommissioned this host: stopping (the applied rules stay; remove them with `egressguard remove`)',
   );
   return 'decommissioned';
+}
+
+/** Whether a request failed because its signal aborted (the error, or what it wraps). */
+function isAbortError(error: unknown): boolean {
+  for (let e: unknown = error; e instanceof Error; e = e.cause) {
+    if (e.name === 'AbortError') return true;
+  }
+  return false;
 }
 
 /** Read through a call: TypeScript would narrow `signal.aborted` to false inside the loop. */

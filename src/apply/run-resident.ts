@@ -120,10 +120,14 @@ export async function runResident(input: {
   let own = input.ownHash;
   let adopted: string | undefined;
   let waitingFor: string | undefined;
+  // Set when the resident stops (its signal aborted, or its watcher failed): nothing new starts.
+  let stopping = false;
+  const isStopping = (): boolean => stopping || input.signal.aborted;
   const retrySoon = (): void => {
+    if (isStopping()) return;
     retry ??= setTimeout(() => {
       retry = undefined;
-      if (!input.signal.aborted) onEvent({ kind: 'tick' });
+      if (!isStopping()) onEvent({ kind: 'tick' });
     }, LOCK_RETRY_MS);
   };
   // One reconcile at a time; events during one ask for exactly one more.
@@ -138,6 +142,7 @@ export async function runResident(input: {
     again: undefined,
   };
   const reconcile = async (ask: Ask): Promise<void> => {
+    if (isStopping()) return;
     if (pass.running) {
       if (ask.trigger !== 'tick' || pass.again === undefined) pass.again = ask;
       return;
@@ -145,7 +150,7 @@ export async function runResident(input: {
     pass.running = true;
     try {
       let next: Ask | undefined = ask;
-      while (next !== undefined && !input.signal.aborted) {
+      while (next !== undefined && !isStopping()) {
         pass.again = undefined;
         let repair: ResidentRepair | undefined;
         try {
@@ -289,6 +294,8 @@ export async function runResident(input: {
     );
   };
 
+  /** Every event's work not yet done (its urgent hold, its reconcile): awaited on the way out. */
+  const working = new Set<Promise<void>>();
   const onEvent = (event: WatchEvent): void => {
     const reason =
       event.kind === 'link'
@@ -309,7 +316,7 @@ export async function runResident(input: {
     // that one request on a loaded machine. Never for long: an API server that does not answer
     // must not hold back the host's own repairs.
     let held: ReturnType<typeof setTimeout> | undefined;
-    Promise.race([
+    const work = Promise.race([
       Promise.resolve(urgent).catch(() => undefined),
       new Promise<void>((resolve) => {
         held = setTimeout(resolve, URGENT_HOLD_MS);
@@ -321,18 +328,29 @@ export async function runResident(input: {
       .then(() => reconcile({ reason, trigger: event.kind }))
       .catch((error: unknown) => {
         log('error', `Cannot re-converge: ${(error as Error).message}`);
+      })
+      .finally(() => {
+        working.delete(work);
       });
+    working.add(work);
   };
 
   const tick = setInterval(() => {
     onEvent({ kind: 'tick' });
   }, input.tickMs ?? 10_000);
-  const stop = (): void => {
+  let watcherStopped: Promise<void> | undefined;
+  const stop = (): Promise<void> => {
+    stopping = true;
     clearInterval(tick);
     if (retry !== undefined) clearTimeout(retry);
-    void watcher.stop();
+    watcherStopped ??= watcher.stop();
+    return watcherStopped;
   };
-  input.signal.addEventListener('abort', stop, { once: true });
+  const onAbort = (): void => {
+    void stop();
+  };
+  input.signal.addEventListener('abort', onAbort, { once: true });
+  if (input.signal.aborted) onAbort();
   log('watching', 'watching links, the ruleset and the main routing table');
   onEvent({ kind: 'tick' });
   try {
@@ -341,6 +359,11 @@ export async function runResident(input: {
       onEvent(event);
     }
   } finally {
-    stop();
+    input.signal.removeEventListener('abort', onAbort);
+    await stop();
+    // A repair in flight finishes before the resident says it stopped: a caller that exits (a
+    // SIGTERM, a decommissioned agent) must not leave a half-done repair behind. Nothing new
+    // starts meanwhile (isStopping).
+    while (working.size > 0) await Promise.allSettled([...working]);
   }
 }

@@ -1,3 +1,4 @@
+import { EgressguardError } from '../../core/index.js';
 import type { Runner, RunningCommand } from '../../runner/index.js';
 import type { Watcher, WatchEvent } from '../backend.js';
 
@@ -7,16 +8,30 @@ import type { Watcher, WatchEvent } from '../backend.js';
  * events (`nft monitor`: someone deleted or edited our table), and the main table's routes that
  * are host facts (`ip -o monitor route`: the default route moved to another uplink, a connected
  * prefix came or went), so a compile that depends on them is redone at once, not at the tick.
+ * A monitor that exits before `stop` ends `events()` with an error: the watcher would be blind.
  */
 export function createNftWatcher(runner: Runner): Watcher {
-  const monitors: RunningCommand[] = [
-    runner.start(['ip', '-o', 'monitor', 'link'], { effect: 'read' }),
-    runner.start(['nft', 'monitor', 'ruleset'], { effect: 'read' }),
-    runner.start(['ip', '-o', 'monitor', 'route'], { effect: 'read' }),
+  const argvs = [
+    ['ip', '-o', 'monitor', 'link'],
+    ['nft', 'monitor', 'ruleset'],
+    ['ip', '-o', 'monitor', 'route'],
   ];
+  const monitors: RunningCommand[] = argvs.map((argv) => runner.start(argv, { effect: 'read' }));
   const queue: WatchEvent[] = [];
   let wake: (() => void) | undefined;
   let stopped = false;
+  let failure: EgressguardError | undefined;
+  for (const [i, monitor] of monitors.entries()) {
+    void monitor.exited.then((code) => {
+      if (stopped) return;
+      const detail = monitor.stderr().trim().split('\n').at(-1) ?? '';
+      failure ??= new EgressguardError(
+        'command-failed',
+        `Cannot watch live state: "${(argvs[i] ?? []).join(' ')}" exited${code === null ? '' : ` with ${code}`}${detail === '' ? '' : `: ${detail}`}`,
+      );
+      wake?.();
+    });
+  }
   const push = (event: WatchEvent): void => {
     queue.push(event);
     wake?.();
@@ -48,6 +63,7 @@ export function createNftWatcher(runner: Runner): Watcher {
           yield next;
           continue;
         }
+        if (failure !== undefined) throw failure;
         await new Promise<void>((resolve) => {
           wake = resolve;
         });
