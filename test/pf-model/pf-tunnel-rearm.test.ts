@@ -69,7 +69,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     const rearmed = prepareForFacts(h.target, { policy: POLICY, facts });
     expect(rearmed.hash).not.toBe(first.hash);
     const anchor = rearmed.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
-    expect(anchor).toContain('route-to (utun5)');
+    expect(anchor).toContain('route-to utun5 ');
     expect(anchor).not.toContain('utun3');
     const report = await applyPrepared(h.target, rearmed);
     expect(report.changed).toBe(true);
