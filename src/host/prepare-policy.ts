@@ -113,8 +113,8 @@ export function prepareForFacts(
     options: target.options,
     versions: { compiler: VERSION, agent: VERSION },
   });
-  // What was compiled differently from what the policy says in full (pf: a class whose tunnel
-  // is absent compiled kill-switch-only): said, or the anchor looks like a bug.
+  // What was compiled short of what the policy says in full (a class whose tunnel is absent,
+  // compiled kill-switch-only): said, or the artifacts look like a bug.
   const notes = backend.createCompiler().notes?.(ir, { options: target.options }) ?? [];
   for (const note of notes) input.warn?.(note);
   return {

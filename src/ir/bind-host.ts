@@ -191,10 +191,10 @@ function bindVia(
 }
 
 /**
- * A name no interface has: what a matched tunnel absent from the host binds to. Only backends
- * that match interfaces by name at run time use it (nftables' `oifname`, a route's device); the
- * tunnel is also marked absent (`present: false`), and pf, which must name an existing interface
- * in `route-to`, compiles no route-to at all for it.
+ * A name no interface has: what a matched tunnel absent from the host binds to, for backends
+ * that match interfaces by name at run time (an output-interface match, a route's device). The
+ * tunnel is also marked absent (`present: false`), so a backend that must name an existing
+ * interface compiles nothing that names it.
  */
 const ABSENT_TUNNEL = 'eg-absent';
 

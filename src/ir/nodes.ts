@@ -201,7 +201,7 @@ export interface TunnelIR {
   /**
    * Whether the host's facts have the interface. Absent (down, not created yet, or no interface
    * matches), `name` is one no interface has: a backend that must name an existing interface
-   * (pf's `route-to`) compiles the class kill-switch-only instead.
+   * (a filter rule that routes to it) compiles the class kill-switch-only instead.
    */
   readonly present: boolean;
 }
