@@ -113,6 +113,11 @@ export interface CompileOptions {
 /** Pure: the IR bound to a host → artifacts. No clock, filesystem, process or network. */
 export interface Compiler {
   compile(ir: HostIR, options?: CompileOptions): readonly Artifact[];
+  /**
+   * What a person should know of what `compile` emits for this IR, each a sentence for a
+   * warning (a class compiled kill-switch-only while its tunnel is absent); pure like compile.
+   */
+  notes?(ir: HostIR, options?: CompileOptions): readonly string[];
 }
 
 /** What a backend can enforce; shared code asks these, never the backend's name. */

@@ -40,6 +40,8 @@ export interface Prepared {
   /** The class lockdown the backend compiled, kept for `restore` when the state is lost. */
   readonly lockdown: string | undefined;
   readonly hash: string;
+  /** What the backend says a person should know of these artifacts (also given to `warn`). */
+  readonly notes: readonly string[];
 }
 
 export interface PrepareInput {
@@ -111,6 +113,10 @@ export function prepareForFacts(
     options: target.options,
     versions: { compiler: VERSION, agent: VERSION },
   });
+  // What was compiled short of what the policy says in full (a class whose tunnel is absent,
+  // compiled kill-switch-only): said, or the artifacts look like a bug.
+  const notes = backend.createCompiler().notes?.(ir, { options: target.options }) ?? [];
+  for (const note of notes) input.warn?.(note);
   return {
     policy,
     independent,
@@ -120,6 +126,7 @@ export function prepareForFacts(
     artifacts,
     lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
     hash,
+    notes,
   };
 }
 

@@ -17,7 +17,7 @@ describe("bindHost: the gateway node's part of a Kubernetes tunnel class", () =>
     const ir = lowerForHost(policy, GATEWAY);
     const derived = ir.classes.filter((c) => c.gatewayFor !== null);
     expect(derived.map((c) => [c.name, c.gatewayFor, c.via])).toEqual([
-      ['vpn.gateway', 'vpn', { kind: 'tunnel', interface: 'tun0', families: [4] }],
+      ['vpn.gateway', 'vpn', { kind: 'tunnel', interface: 'tun0', families: [4], present: true }],
     ]);
     const [cls] = derived;
     expect(cls?.selector.kind === 'host' ? cls.selector.sources.describe() : '').toBe(
@@ -85,7 +85,7 @@ describe('bindHost: a tunnel found by its peer or address (utun renumbering)', (
 
   it('binds the class to the utun whose peer matches, whatever its number', () => {
     expect(bound(facts)).toEqual({
-      via: { kind: 'tunnel', interface: 'utun3', families: [4, 6] },
+      via: { kind: 'tunnel', interface: 'utun3', families: [4, 6], present: true },
       tunnels: [['vpn', 'utun3']],
     });
     // The VPN reconnected as utun5, and utun3 went to another VPN with another peer.
@@ -94,7 +94,12 @@ describe('bindHost: a tunnel found by its peer or address (utun renumbering)', (
       { ...utun, name: 'utun5' },
       { name: 'utun3', up: true, addresses: ['172.31.0.2/32'], peer: '172.31.0.1' },
     ]);
-    expect(bound(after).via).toEqual({ kind: 'tunnel', interface: 'utun5', families: [4, 6] });
+    expect(bound(after).via).toEqual({
+      kind: 'tunnel',
+      interface: 'utun5',
+      families: [4, 6],
+      present: true,
+    });
   });
 
   it('matches by the local address as well', () => {
@@ -117,9 +122,12 @@ describe('bindHost: a tunnel found by its peer or address (utun renumbering)', (
     ]);
     const via = bound(taken).via;
     expect(via?.kind === 'tunnel' ? via.interface : '').toBe('eg-absent0');
+    // Said as data too: a backend never has to recognise the name.
+    expect(via?.kind === 'tunnel' ? via.present : true).toBe(false);
     expect(taken.interfaces.some((i) => i.name === 'eg-absent0')).toBe(false);
     // Gone and its declared name free: bound to the declared name, which no interface has.
     expect(bound(renamed(others)).tunnels).toEqual([['vpn', 'vpn']]);
+    expect(lowerForHost(vpn, renamed(others)).tunnels.map((t) => t.present)).toEqual([false]);
   });
 
   it('refuses to guess between two interfaces that both match', () => {

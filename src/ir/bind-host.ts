@@ -49,7 +49,7 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     const iface = facts.interfaces.find((i) => i.name === name);
     // Absent: the tunnel is down or not created yet; assume it carries both until it says not.
     const families: Family[] = iface?.ipv6 === false ? [4] : [4, 6];
-    return { kind: 'tunnel', name, declared, families };
+    return { kind: 'tunnel', name, declared, families, present: iface !== undefined };
   });
   const own = ir.classes
     .filter((c) => isClassOnHost(c, facts))
@@ -184,12 +184,18 @@ function bindVia(
       kind: 'tunnel',
       interface: tunnel?.name ?? via.interface,
       families: tunnel?.families ?? [4, 6],
+      present: tunnel?.present ?? false,
     };
   }
   return { kind: 'uplink', interface: host.uplink };
 }
 
-/** A name no interface has: what a matched tunnel absent from the host binds to. */
+/**
+ * A name no interface has: what a matched tunnel absent from the host binds to, for backends
+ * that match interfaces by name at run time (an output-interface match, a route's device). The
+ * tunnel is also marked absent (`present: false`), so a backend that must name an existing
+ * interface compiles nothing that names it.
+ */
 const ABSENT_TUNNEL = 'eg-absent';
 
 /**
@@ -198,8 +204,9 @@ const ABSENT_TUNNEL = 'eg-absent';
  * matched, found anew at every bind (a macOS utun is renumbered on every reconnect, and its old
  * number can go to another tunnel). When none matches, the tunnel is absent: it binds to a name
  * no interface has (its declared name when that is free), so the kill switch drops its class
- * rather than route it into whatever tunnel now wears the old name. Two matching interfaces are
- * a `facts` error: which one carries the class is not for egressguard to guess.
+ * rather than route it into whatever tunnel now wears the old name (and bindHost marks it
+ * absent). Two matching interfaces are a `facts` error: which one carries the class is not for
+ * egressguard to guess.
  */
 export function resolveTunnels(ir: PolicyIR, facts: HostFacts): Map<string, string> {
   const out = new Map<string, string>();

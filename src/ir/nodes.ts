@@ -198,11 +198,23 @@ export interface TunnelIR {
   /** The policy's name for it (equal to `name` unless the tunnel is found by `match`). */
   readonly declared: string;
   readonly families: readonly Family[];
+  /**
+   * Whether the host's facts have the interface. Absent (down, not created yet, or no interface
+   * matches), `name` is one no interface has: a backend that must name an existing interface
+   * (a filter rule that routes to it) compiles the class kill-switch-only instead.
+   */
+  readonly present: boolean;
 }
 
 export type BoundViaIR =
   | { readonly kind: 'uplink'; readonly interface: string }
-  | { readonly kind: 'tunnel'; readonly interface: string; readonly families: readonly Family[] };
+  | {
+      readonly kind: 'tunnel';
+      readonly interface: string;
+      readonly families: readonly Family[];
+      /** As TunnelIR's `present`: the facts have the interface. */
+      readonly present: boolean;
+    };
 
 /** A class bound to one host: `via` resolved to the interface it leaves by. */
 export interface HostClassIR extends Omit<ClassIR, 'via' | 'hostLabels'> {

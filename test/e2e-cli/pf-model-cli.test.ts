@@ -201,4 +201,32 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     expect(report.checks.filter((c) => !c.ok).map((c) => c.name)).toEqual(['counters move']);
     expect(report.confirmed.length).toBe(report.checks.length - 1);
   }, 600_000);
+
+  it('compile and plan say when a tunnel class is compiled kill-switch-only, and the model takes it', async () => {
+    // The VPN runner with its VPN down: no utun in the facts, none on the modelled host.
+    const vpn = join(REPO, 'testdata/policies/valid/macos-vpn-runner');
+    const facts = JSON.parse(readFileSync(join(vpn, 'facts.json'), 'utf8')) as {
+      interfaces: { name: string }[];
+    };
+    const down = join(dir, 'vpn-down-facts.json');
+    writeFileSync(
+      down,
+      JSON.stringify({ ...facts, interfaces: facts.interfaces.filter((i) => i.name !== 'utun3') }),
+    );
+    const args = [join(vpn, 'policy.yaml'), '--facts', down];
+    const warning =
+      'warning: class "vpn-vm" is compiled kill-switch-only: its tunnel "vpn" matches no interface';
+    const compiled = await runCli(['compile', ...args]);
+    expect(compiled.exitCode, compiled.stderr).toBe(0);
+    expect(compiled.stderr).toContain(warning);
+    expect(compiled.stdout).not.toMatch(/^pass .*route-to/m);
+    expect(compiled.stdout).toContain(
+      'block drop in quick on bridge100 inet all label "vpn-vm/kill-switch"',
+    );
+    // plan validates it with `pfctl -n` on the model, which refuses an unknown route-to interface.
+    const plan = await cli(['plan', ...args]);
+    expect(plan.exitCode, plan.stdout + plan.stderr).toBe(0);
+    expect(plan.stderr).toContain(warning);
+    expect(plan.json).toMatchObject({ backend: 'pf', problems: [] });
+  }, 600_000);
 });

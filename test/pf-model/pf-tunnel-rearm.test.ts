@@ -21,15 +21,15 @@ afterEach(() => {
   for (const h of hosts.splice(0)) h.cleanup();
 });
 
-function vmToInternet(h: PfModelHost) {
+function vmToInternet(h: PfModelHost, to = { address: '203.0.113.7', port: 443 }) {
   h.model.state.states = []; // a new connection each time
   const result = h.model.forwardPacket({
     family: 4,
     source: parseIpv4('192.168.64.5') as number,
-    destination: parseIpv4('203.0.113.7') as number,
+    destination: parseIpv4(to.address) as number,
     protocol: 6,
     sourcePort: 50_443,
-    destinationPort: 443,
+    destinationPort: to.port,
     ingress: 'bridge100',
     egress: 'en0',
   });
@@ -37,6 +37,19 @@ function vmToInternet(h: PfModelHost) {
     verdict: result.verdict,
     egress: result.verdict === 'pass' ? result.egress : null,
     source: result.leaving === null ? null : formatAddress(4, result.leaving.source),
+  };
+}
+
+function vmPacket(destination: string) {
+  return {
+    direction: 'in' as const,
+    interface: 'bridge100',
+    family: 4 as const,
+    source: parseIpv4('192.168.64.5') as number,
+    destination: parseIpv4(destination) as number,
+    protocol: 6,
+    sourcePort: 50_443,
+    destinationPort: 443,
   };
 }
 
@@ -69,7 +82,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     const rearmed = prepareForFacts(h.target, { policy: POLICY, facts });
     expect(rearmed.hash).not.toBe(first.hash);
     const anchor = rearmed.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
-    expect(anchor).toContain('route-to (utun5)');
+    expect(anchor).toContain('route-to utun5 ');
     expect(anchor).not.toContain('utun3');
     const report = await applyPrepared(h.target, rearmed);
     expect(report.changed).toBe(true);
@@ -102,5 +115,49 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     };
     await applyPrepared(h.target, prepareForFacts(h.target, { policy: POLICY, facts: back }));
     expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun4', source: '10.8.0.2' });
+  });
+
+  it('compiles kill-switch-only while no utun matches, and routes to the one that matches later', async () => {
+    // Matched by its own address this time; the VPN is down when the policy is first bound.
+    const byAddress = { ...POLICY, tunnelMatches: { vpn: { address: '10.8.0.2', peer: null } } };
+    const down: HostFacts = {
+      ...FACTS,
+      interfaces: FACTS.interfaces.filter((i) => i.name !== 'utun3'),
+    };
+    const h = createPfModelHost({
+      model: createMacosPfHost({ interfaces: modelInterfaces(down) }),
+    });
+    hosts.push(h);
+    const warnings: string[] = [];
+    const absent = prepareForFacts(h.target, {
+      policy: byAddress,
+      facts: down,
+      warn: (m) => warnings.push(m),
+    });
+    expect(warnings).toEqual([expect.stringContaining('"vpn-vm" is compiled kill-switch-only')]);
+    const anchor = absent.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
+    expect(anchor).not.toMatch(/^pass .* route-to /m);
+    // The model refuses a route-to interface it lacks, so this load passing is the point.
+    await applyPrepared(h.target, absent);
+    expect(vmToInternet(h)).toEqual({ verdict: 'block', egress: null, source: null });
+    expect(h.model.sendPacket(vmPacket('203.0.113.7')).label).toBe('vpn-vm/kill-switch');
+    // What the kill switch excepts is still judged by the class's rules: the LAN printer.
+    expect(vmToInternet(h, { address: '192.168.1.40', port: 631 })).toEqual({
+      verdict: 'pass',
+      egress: 'en0',
+      source: '192.168.64.5',
+    });
+
+    // The VPN connects as utun5 (it was utun3 before it went down).
+    h.model.setInterface('utun5', [...UTUN.addresses]);
+    const up: HostFacts = { ...down, interfaces: [...down.interfaces, { ...UTUN, name: 'utun5' }] };
+    const rearmed = prepareForFacts(h.target, { policy: byAddress, facts: up });
+    expect(rearmed.notes).toEqual([]);
+    const routed = rearmed.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
+    expect(routed).toContain('route-to utun5 inet all');
+    expect(routed).not.toContain('utun3');
+    const report = await applyPrepared(h.target, rearmed);
+    expect(report.changed).toBe(true);
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
   });
 });

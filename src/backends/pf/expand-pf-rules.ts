@@ -126,10 +126,20 @@ export function loadPfConfText(
     file: string;
     anchorPath: string;
     interfaces: PfInterfaces;
+    /**
+     * `interfaces` is every interface the host has (the model's host), so the checks parse.y
+     * makes while it parses apply (a route-to interface must exist); absent: they are not made.
+     */
+    interfacesComplete?: boolean;
     readFile?: (path: string) => string | undefined;
   },
 ): { load: PfAnchorLoad | null; conf: PfConf; problems: PfConfProblem[] } {
-  const parsed = parsePfConf(text, { file: options.file });
+  const parsed = parsePfConf(text, {
+    file: options.file,
+    ...(options.interfacesComplete === true
+      ? { interfaces: new Set(options.interfaces.keys()) }
+      : {}),
+  });
   if (parsed.problems.length > 0) {
     return { load: null, conf: parsed.conf, problems: parsed.problems };
   }

@@ -25,8 +25,13 @@ export function formatPfRule(rule: PfKernelRule): string {
       pushInterface(words, rule);
       if (rule.route !== null) {
         words.push(rule.route.kind);
-        const targets = rule.route.targets.map(
-          (t) => `(${t.interface}${t.address === null ? '' : ` ${formatPrefix(t.address)}`})`,
+        // F93 pfctl_parser.c print_pool: the interface alone when the pool address is zero,
+        // `(if addr)` otherwise; the forms parse.y's route_host reads back. (A rule with no
+        // address family prints `(if any)`, PF_AZERO being false for af 0, as `pfctl -sr` on
+        // macOS 14 shows for ioctl-built rules, mullvadvpn-app#7701; egressguard's route-to rules
+        // always name their family.)
+        const targets = rule.route.targets.map((t) =>
+          t.address === null ? t.interface : `(${t.interface} ${formatPrefix(t.address)})`,
         );
         if (targets.length === 1) words.push(targets[0] as string);
         else if (targets.length > 1) words.push(`{ ${targets.join(', ')} }`);

@@ -95,6 +95,38 @@ describe('parsePfConf: what macOS rejects, as pfctl reports it', () => {
     expect(problemsOf(text)).toBe(expected);
   });
 
+  it('refuses `route-to (ifname)` without an address, in every routing keyword', () => {
+    // parse.y route_host: STRING | '(' STRING host ')' (1.291 on, F93 parse.y:4205-4218).
+    for (const keyword of ['route-to', 'reply-to', 'dup-to']) {
+      expect(problemsOf(`pass in on bridge100 ${keyword} (utun3) inet all\n`)).toBe(
+        'pf.conf:1: syntax error\n',
+      );
+    }
+    expect(problemsOf('pass in on bridge100 route-to { (utun3), (utun4) } inet all\n')).toBe(
+      'pf.conf:1: syntax error\n',
+    );
+    // The two forms the grammar has.
+    expect(problemsOf('pass in on bridge100 route-to utun3 inet all\n')).toBe('');
+    expect(problemsOf('pass in on bridge100 route-to (utun3 10.8.0.1) inet all\n')).toBe('');
+  });
+
+  it('refuses a route-to interface the host lacks, when it knows the host (ifa_exists)', () => {
+    const interfaces = new Set(['lo0', 'en0', 'bridge100']);
+    const problems = (text: string): string =>
+      formatPfConfProblems(parsePfConf(text, { file: 'stdin', interfaces }).problems);
+    expect(problems('pass in on bridge100 route-to utun3 inet all\npass out all\n')).toBe(
+      'stdin:1: routeto: unknown interface utun3\n',
+    );
+    expect(problems('pass in on bridge100 route-to (utun3 10.8.0.1) inet all\n')).toBe(
+      'stdin:1: routeto: unknown interface utun3\n',
+    );
+    expect(problems('pass in on bridge100 route-to en0 inet all\n')).toBe('');
+    // `on` takes any name (parse.y if_item), and so does a dynamic address (dynaddr).
+    expect(problems('nat on utun3 from any to any -> (utun3)\npass in on utun3 all\n')).toBe('');
+    // Text of no host in particular (read back from pfctl) is not checked.
+    expect(problemsOf('pass in on bridge100 route-to utun3 inet all\n')).toBe('');
+  });
+
   it("enforces pf's rule order, and set require-order no lifts it", () => {
     const text = 'pass out all\nnat on en0 from any to any -> (en0)\nscrub in all\npass in all\n';
     expect(problemsOf(text)).toBe(

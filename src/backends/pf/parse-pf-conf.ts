@@ -38,9 +38,17 @@ import {
  */
 export function parsePfConf(
   text: string,
-  options: { file: string; macros?: Readonly<Record<string, string>> },
+  options: {
+    file: string;
+    macros?: Readonly<Record<string, string>>;
+    /**
+     * The host's interfaces, for the checks parse.y makes while it parses (a route-to interface
+     * must exist); absent: not checked (text read back from pfctl, or of no host in particular).
+     */
+    interfaces?: ReadonlySet<string>;
+  },
 ): { conf: PfConf; problems: PfConfProblem[] } {
-  return new Parser(text, options.file, options.macros ?? {}).parse();
+  return new Parser(text, options.file, options.macros ?? {}, options.interfaces).parse();
 }
 
 /** Formats problems the way pfctl prints them, one per line. */
@@ -365,6 +373,7 @@ class Parser {
     text: string,
     private readonly file: string,
     macros: Readonly<Record<string, string>>,
+    private readonly interfaces: ReadonlySet<string> | undefined,
   ) {
     this.macros = new Map(Object.entries(macros));
     this.lexer = new Lexer(text, this.macros, this.problems, file);
@@ -948,19 +957,31 @@ class Parser {
     const kind = token.text;
     const targets: { interface: string; address: Prefix | null }[] = [];
     const host = (): void => {
-      // ROUTEHOST: `(ifname [addr])` or a bare interface name (parse.y:4205-4218).
+      // parse.y `route_host : STRING | '(' STRING host ')'` (OpenBSD parse.y 1.291 of 2003,
+      // 1.449 of 2004, F93 parse.y:4205-4218): a bare interface name, or one with an address in
+      // parentheses. `(ifname)` alone is a syntax error (after `( STRING` the grammar wants a
+      // host, and `)` starts none); only the 2002 grammar (1.199) had `'(' STRING ')'`, and
+      // pf.conf(5)'s `"(" interface-name [ address ] ")"` (F93 pf.conf.5:2959) is the man
+      // page's, not the parser's (Daniel Hartmeier on freebsd-pf, 2011-09-08, "route-to rule":
+      // the BNF is wrong there; parentheses go with an address, and without one are refused).
+      let name: Token;
+      let address: Prefix | null = null;
       if (this.accept('(')) {
-        const name = this.string();
-        let address: Prefix | null = null;
-        if (!this.isPunct(')')) {
-          const addressToken = this.lexer.peek();
-          address = this.prefix() ?? this.fail(addressToken);
-        }
+        name = this.string();
+        const addressToken = this.lexer.peek();
+        address = this.prefix() ?? this.fail(addressToken);
         this.expect(')');
-        targets.push({ interface: name.text, address });
       } else {
-        targets.push({ interface: this.string().text, address: null });
+        name = this.string();
       }
+      // Both actions check the interface as they reduce (1.291, 1.449: `if (ifa_exists(ifname)
+      // == NULL) yyerror("routeto: unknown interface %s")`), so `-n` refuses it too. F93's
+      // parse.y has dropped the check; the model keeps it, the stricter of the two, since
+      // Apple's pfctl is closed (docs/macos.md, "route-to and pfctl's grammar").
+      if (this.interfaces !== undefined && !this.interfaces.has(name.text)) {
+        this.fail(name, `routeto: unknown interface ${name.text}`);
+      }
+      targets.push({ interface: name.text, address });
     };
     if (this.accept('{')) {
       while (!this.isPunct('}')) {

@@ -40,48 +40,60 @@ const TABLE_NAME_MAX = 31;
 export function createPfCompiler(): Compiler {
   return {
     compile(ir: HostIR, options: CompileOptions = {}): Artifact[] {
-      const anchor = parseAnchorOption(options.options ?? {});
-      refuseUnsupported(ir);
-      const stamp = options.stamp ?? BLANK_STAMP;
-      const emitter = new AnchorEmitter();
-      for (const cls of ir.classes) emitter.addClass(cls, ir);
-      const hex = stamp.slice('eg-hash:'.length);
-      const header = [
-        `# egressguard: policy "${ir.name}" for pf anchor "${anchor}"`,
-        `# Load only this anchor: pfctl -a ${anchor} -f FILE (never pfctl -f /etc/pf.conf)`,
-        `# ${stamp}`,
-      ];
-      const hashRules = HASH_LABEL_PREFIXES.map(
-        (prefix, i) =>
-          // Port 0 from and to 0.0.0.0 on loopback: no TCP segment ever carries it.
-          `block drop in quick on lo0 inet proto tcp from 0.0.0.0 port 0 to 0.0.0.0 port 0 label "${prefix}${hex.slice(i * 32, i * 32 + 32)}"`,
-      );
-      const sections = [
-        header,
-        emitter.tables,
-        emitter.scrub,
-        emitter.nat,
-        [...hashRules, ...emitter.filter],
-      ].filter((s) => s.length > 0);
-      const interfaces = [
-        ...new Set(
-          ir.classes.flatMap((c) => (c.selector.kind === 'ingress' ? c.selector.interfaces : [])),
-        ),
-      ].sort();
-      // Fail closed: every packet of every class is dropped where it comes in.
-      const lockdown = [
-        `# egressguard: class lockdown of policy "${ir.name}" for pf anchor "${anchor}"`,
-        `# ${stamp}`,
-        ...(interfaces.length === 0
-          ? []
-          : [`block drop in quick on ${list(interfaces)} all label "${LOCKDOWN_LABEL}"`]),
-      ];
-      return [
-        { name: ANCHOR_ARTIFACT, content: `${sections.map((s) => s.join('\n')).join('\n\n')}\n` },
-        { name: LOCKDOWN_ARTIFACT, content: `${lockdown.join('\n')}\n` },
-      ];
+      return compileAnchor(ir, options).artifacts;
+    },
+    notes(ir: HostIR, options: CompileOptions = {}): string[] {
+      return compileAnchor(ir, options).notes;
     },
   };
+}
+
+function compileAnchor(
+  ir: HostIR,
+  options: CompileOptions,
+): { artifacts: Artifact[]; notes: string[] } {
+  const anchor = parseAnchorOption(options.options ?? {});
+  refuseUnsupported(ir);
+  const stamp = options.stamp ?? BLANK_STAMP;
+  const emitter = new AnchorEmitter();
+  for (const cls of ir.classes) emitter.addClass(cls, ir);
+  const hex = stamp.slice('eg-hash:'.length);
+  const header = [
+    `# egressguard: policy "${ir.name}" for pf anchor "${anchor}"`,
+    `# Load only this anchor: pfctl -a ${anchor} -f FILE (never pfctl -f /etc/pf.conf)`,
+    `# ${stamp}`,
+    ...emitter.notes.map((note) => `# Note: ${note}`),
+  ];
+  const hashRules = HASH_LABEL_PREFIXES.map(
+    (prefix, i) =>
+      // Port 0 from and to 0.0.0.0 on loopback: no TCP segment ever carries it.
+      `block drop in quick on lo0 inet proto tcp from 0.0.0.0 port 0 to 0.0.0.0 port 0 label "${prefix}${hex.slice(i * 32, i * 32 + 32)}"`,
+  );
+  const sections = [
+    header,
+    emitter.tables,
+    emitter.scrub,
+    emitter.nat,
+    [...hashRules, ...emitter.filter],
+  ].filter((s) => s.length > 0);
+  const interfaces = [
+    ...new Set(
+      ir.classes.flatMap((c) => (c.selector.kind === 'ingress' ? c.selector.interfaces : [])),
+    ),
+  ].sort();
+  // Fail closed: every packet of every class is dropped where it comes in.
+  const lockdown = [
+    `# egressguard: class lockdown of policy "${ir.name}" for pf anchor "${anchor}"`,
+    `# ${stamp}`,
+    ...(interfaces.length === 0
+      ? []
+      : [`block drop in quick on ${list(interfaces)} all label "${LOCKDOWN_LABEL}"`]),
+  ];
+  const artifacts = [
+    { name: ANCHOR_ARTIFACT, content: `${sections.map((s) => s.join('\n')).join('\n\n')}\n` },
+    { name: LOCKDOWN_ARTIFACT, content: `${lockdown.join('\n')}\n` },
+  ];
+  return { artifacts, notes: emitter.notes };
 }
 
 /** Every reason the pf backend cannot compile a policy, in one refusal. */
@@ -154,6 +166,8 @@ class AnchorEmitter {
   readonly scrub: string[] = [];
   readonly nat: string[] = [];
   readonly filter: string[] = [];
+  /** What a person should know of the anchor (Compiler.notes), in class order. */
+  readonly notes: string[] = [];
   private readonly tableNames = new Set<string>();
 
   addClass(cls: HostClassIR, ir: HostIR): void {
@@ -166,7 +180,8 @@ class AnchorEmitter {
     // Fragments are reassembled before filtering, so a fragment is judged like its datagram and
     // one that never completes is held and dropped (the IR's reassembly node; pf.conf(5) SCRUB).
     this.scrub.push(`scrub in ${on} all fragment reassemble`);
-    if (cls.nat !== null) {
+    // A tunnel absent from the facts carries nothing: nothing to translate on it.
+    if (cls.nat !== null && (cls.via.kind !== 'tunnel' || cls.via.present)) {
       // `(exit)`: the address follows the interface (DHCP, a tunnel's new address); never
       // `nat pass`, which would let the translated packets skip filtering (pf.conf.5:1116-1124).
       // A tunnel class is translated on its tunnel only: what leaves by the LAN keeps its source.
@@ -198,6 +213,12 @@ class AnchorEmitter {
     }
 
     if (cls.via.kind === 'tunnel' && cls.killSwitch !== null) {
+      if (!cls.via.present) {
+        const declared = ir.tunnels.find((t) => t.name === cls.via.interface)?.declared;
+        this.notes.push(
+          `class "${cls.name}" is compiled kill-switch-only: its tunnel "${declared ?? cls.via.interface}" matches no interface in this host's facts, and pf's route-to must name one that exists, so what would take the tunnel is dropped until a re-arm (apply, or the next reconcile of run) finds it`,
+        );
+      }
       this.addTunnelRules(cls, {
         on,
         self,
@@ -238,19 +259,29 @@ class AnchorEmitter {
   /**
    * A tunnel class (DESIGN.md §4, pf; NOTES.md §6): what leaves by the tunnel is sent there with
    * `route-to` and tagged, and its rules are judged `out` on the tunnel, where the tag still marks
-   * it (pf.conf.5:1831-1841); a backstop blocks the tag out of every other interface. While the
-   * tunnel is absent, pf_route drops what the route-to rule passed (upstream pf.c pf_route:
-   * `if (ifp == NULL) goto bad`), before any rule of the class: the kill switch, as in the IR,
-   * decides ahead of the rules. Destinations that do not take the tunnel (the host itself, the
-   * kill switch's exceptions, the host's connected prefixes) are judged `in` on the bridge,
-   * rules in order; link-local destinations never reach the tunnel and are dropped.
+   * it (pf.conf.5:1831-1841); a backstop blocks the tag out of every other interface. When the
+   * tunnel goes away after the load, pf_route drops what the route-to rule passed (XNU pf.c
+   * pf_route and pf_route6: `if (ifp == NULL) goto bad`), before any rule of the class: the kill
+   * switch, as in the IR, decides ahead of the rules. Destinations that do not take the tunnel
+   * (the host itself, the kill switch's exceptions, the host's connected prefixes) are judged
+   * `in` on the bridge, rules in order; link-local destinations never reach the tunnel and are
+   * dropped.
+   *
+   * A tunnel absent from the facts at compile time gets no route-to at all: pfctl of the 2003–04
+   * parse.y (1.291, 1.449) checks that a route-to interface exists while it parses
+   * (`routeto: unknown interface`), so an anchor naming it is refused whole, under `-n` too;
+   * F93's parse.y no longer checks, and which of the two macOS's closed pfctl follows is on the
+   * self-test list (docs/macos.md, "route-to and pfctl's grammar"). The class is then
+   * compiled kill-switch-only: the same rules for what does not take the tunnel, and a block
+   * labelled with the kill switch where the route-to would be; nothing carries the class's tag,
+   * so no backstop and no rules out on the tunnel. The re-arm that finds the tunnel compiles the route-to.
    */
   private addTunnelRules(
     cls: HostClassIR,
     context: {
       on: string;
       self: { 4: string; 6: string };
-      tunnel: { interface: string; families: readonly Family[] };
+      tunnel: { interface: string; families: readonly Family[]; present: boolean };
       killSwitch: { id: string };
       bypass: AddressSet;
     },
@@ -329,14 +360,21 @@ class AnchorEmitter {
       }
     }
     for (const family of families(sources)) {
-      if (tunnel.families.includes(family)) {
+      if (tunnel.present && tunnel.families.includes(family)) {
+        // The bare form, `route-to IF`: parse.y's route_host is `STRING | '(' STRING host ')'`
+        // (from 1.291 of 2003 through F93), so `(IF)` without an address is a syntax error.
+        // Its pool address is zero, and pf_route then keeps the packet's own destination as the
+        // next hop (XNU pf.c pf_route: `if (!PF_AZERO(&naddr, AF_INET))`), right for a
+        // point-to-point utun: no link-layer next hop to resolve. `(IF PEER)` would add nothing
+        // there, and needs a peer of each family (the facts give at most an IPv4 one).
         this.filter.push(
-          `pass in quick ${on} route-to (${tunnel.interface}) ${inet(family)} all tag ${tag} keep state (if-bound) label ${ks}`,
+          `pass in quick ${on} route-to ${tunnel.interface} ${inet(family)} all tag ${tag} keep state (if-bound) label ${ks}`,
         );
       } else {
         this.filter.push(`block drop in quick ${on} ${inet(family)} all label ${ks}`);
       }
     }
+    if (!tunnel.present) return;
 
     // The backstop: a packet of the class never leaves by another interface.
     this.filter.push(`block drop out quick on ! ${tunnel.interface} all tagged ${tag} label ${ks}`);

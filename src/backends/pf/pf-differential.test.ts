@@ -44,10 +44,10 @@ interface Case {
   readonly packets: TestPacket[];
 }
 
-function prepare(name: string): Case {
+function prepare(name: string, withFacts: (facts: HostFacts) => HostFacts = (f) => f): Case {
   const parsed = loadPolicy(join(VALID, name, 'policy.yaml'));
   if (parsed.policy === undefined) throw new Error(`${name} is invalid`);
-  const facts = readHostFacts(join(VALID, name, 'facts.json'));
+  const facts = withFacts(readHostFacts(join(VALID, name, 'facts.json')));
   const ir = lowerForHost(parsed.policy, facts);
   const { artifacts } = compileWithHash(pfBackend, { ir, versions: VERSIONS });
   const anchorText = artifacts.find((a) => a.name === ANCHOR_ARTIFACT)?.content ?? '';
@@ -310,7 +310,7 @@ describe('pf differential: a tunnel class (route-to, tag, backstop)', () => {
   });
 
   it('without route-to the backstop still keeps the class off the uplink', async () => {
-    const mutated = c.anchorText.replaceAll(' route-to (utun3)', '');
+    const mutated = c.anchorText.replaceAll(' route-to utun3', '');
     expect(mutated).not.toBe(c.anchorText);
     const { decided, harness } = await disagreements(c, mutated);
     expect(decided.length).toBeGreaterThan(0);
@@ -325,7 +325,7 @@ describe('pf differential: a tunnel class (route-to, tag, backstop)', () => {
 
   it('without route-to and the backstop the class leaves by the uplink', async () => {
     const mutated = c.anchorText
-      .replaceAll(' route-to (utun3)', '')
+      .replaceAll(' route-to utun3', '')
       .split('\n')
       .filter((l) => !l.startsWith('block drop out quick on ! utun3'))
       .join('\n');
@@ -339,5 +339,62 @@ describe('pf differential: a tunnel class (route-to, tag, backstop)', () => {
     expect(mutated).not.toBe(c.anchorText);
     const { decided } = await disagreements(c, mutated);
     expect(decided.some((d) => d.expected.decidedBy === 'deny-smtp')).toBe(true);
+  });
+});
+
+describe('pf differential: a tunnel class compiled while its tunnel is absent', () => {
+  // The VPN is disconnected when the policy is bound: its utun is not in the facts, so no
+  // interface matches the peer. pfctl refuses a route-to interface that does not exist (parse.y
+  // route_host, ifa_exists), so the anchor has none: the class is compiled kill-switch-only.
+  const c = prepare('macos-vpn-runner', (facts) => ({
+    ...facts,
+    interfaces: facts.interfaces.filter((i) => i.name !== 'utun3'),
+  }));
+  // The anchor is what holds while the tunnel is absent; the re-arm that finds it compiles
+  // another (test/pf-model/pf-tunnel-rearm.test.ts). So every packet is judged tunnel down.
+  const packets = c.packets.map((tp) => ({ ...tp, state: { tunnel: 'down' as const } }));
+  const host = createHostView(c.facts);
+
+  it('has no route-to, no backstop, no rule out on the tunnel, and says why', () => {
+    expect(c.ir.tunnels.map((t) => [t.declared, t.present])).toEqual([['vpn', false]]);
+    const rules = c.anchorText
+      .split('\n')
+      .filter((l) => !l.startsWith('#'))
+      .join('\n');
+    expect(rules).not.toContain('route-to');
+    expect(rules).not.toMatch(/ out /);
+    expect(c.anchorText).not.toMatch(/^nat on vpn/m);
+    for (const af of ['inet', 'inet6']) {
+      expect(c.anchorText).toContain(
+        `block drop in quick on bridge100 ${af} all label "vpn-vm/kill-switch"\n`,
+      );
+    }
+    const notes = pfBackend.createCompiler().notes?.(c.ir) ?? [];
+    expect(notes).toEqual([
+      'class "vpn-vm" is compiled kill-switch-only: its tunnel "vpn" matches no interface in this host\'s facts, and pf\'s route-to must name one that exists, so what would take the tunnel is dropped until a re-arm (apply, or the next reconcile of run) finds it',
+    ]);
+    expect(c.anchorText).toContain(`# Note: ${notes[0] ?? ''}\n`);
+  });
+
+  it('loads into the pfctl model of a host without the utun, and agrees with the IR', async () => {
+    // createPfModelHarness loads the anchor with `pfctl -a … -f -` and throws if it is refused.
+    const harness = createPfModelHarness({ ...c, anchor: DEFAULT_ANCHOR });
+    const decided = await checkConformance({ ir: c.ir, host, packets, harness });
+    expect(decided.slice(0, 5)).toEqual([]);
+    // The class is blocked wherever the tunnel would take it, by the kill switch; what does not
+    // take it (the LAN it excepts, the host's connected prefixes, the host) is still judged by
+    // its rules.
+    const seen = packets
+      .filter((tp) => tp.packet.ingress === 'bridge100')
+      .map((tp) => ({ tp, observed: harness.observeOne(tp) }));
+    const bypass = AddressSet.parse(['192.168.1.0/24']).union(c.ir.localPrefixes);
+    const killed = seen.filter((s) => s.observed.decidedBy === 'vpn-vm/kill-switch');
+    expect(killed.length).toBeGreaterThan(100);
+    expect(killed.every((s) => s.observed.verdict === 'deny')).toBe(true);
+    const left = seen.filter((s) => s.observed.verdict === 'allow' && s.observed.via !== 'local');
+    expect(left.length).toBeGreaterThan(0);
+    expect(left.every((s) => bypass.contains(s.tp.packet.family, s.tp.packet.destination))).toBe(
+      true,
+    );
   });
 });

@@ -371,6 +371,28 @@ describe('pf evaluator: tags, route-to and bound states (pf.conf.5:511-519, :183
     expect([leak.verdict, leak.label]).toEqual(['block', 'backstop']);
   });
 
+  it('the bare form `route-to utun3` sends the packet out the utun to its own destination', () => {
+    const view = viewOf({
+      '': STOCK_MAIN,
+      'com.apple/250.egressguard':
+        'pass in quick on bridge100 route-to utun3 inet all tag EG_vpn keep state (if-bound) label "vpn"\n' +
+        'block out quick on ! utun3 inet all tagged EG_vpn label "backstop"\n',
+    });
+    const result = evaluateForwardedPfPacket(view, createPfStateTable(), {
+      family: 4,
+      source: addr('192.168.64.5'),
+      destination: addr('192.0.2.1'),
+      protocol: 6,
+      sourcePort: 5000,
+      destinationPort: 443,
+      ingress: 'bridge100',
+      egress: 'en0',
+    });
+    expect(result.inbound.routeTo).toEqual({ interface: 'utun3', address: null });
+    expect([result.verdict, result.egress]).toEqual(['pass', 'utun3']);
+    expect(result.leaving?.destination).toBe(addr('192.0.2.1'));
+  });
+
   it('route-to an interface that is gone drops the packet: the utun of a disconnected VPN', () => {
     const gone = new Map(tunnelView.interfaces);
     gone.delete('utun3');

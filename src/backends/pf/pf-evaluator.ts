@@ -107,6 +107,11 @@ export interface PfState {
 
 export interface PfRouteTarget {
   readonly interface: string;
+  /**
+   * The next hop written with it (`route-to (utun3 10.8.0.1)`); null for the bare form, whose
+   * zero pool address leaves the packet's own destination as the next hop (XNU pf.c pf_route:
+   * `if (!PF_AZERO(&naddr, AF_INET))`). The packet's addresses are the same either way.
+   */
   readonly address: string | null;
 }
 

@@ -61,7 +61,11 @@ export type PfDirection = 'in' | 'out';
 export type PfStateMode = 'keep' | 'modulate' | 'synproxy' | 'no';
 export type PfStateBinding = 'if-bound' | 'floating';
 
-/** `route-to (utun3 10.0.0.1)`, `route-to utun3`, and reply-to / dup-to / fastroute. */
+/**
+ * `route-to utun3` (address null: the packet's own destination is the next hop) or
+ * `route-to (utun3 10.0.0.1)`, and reply-to / dup-to / fastroute. `(utun3)` alone is not one:
+ * parse.y's route_host is `STRING | '(' STRING host ')'`.
+ */
 export interface PfRoute {
   readonly kind: 'route-to' | 'reply-to' | 'dup-to' | 'fastroute';
   readonly targets: readonly { readonly interface: string; readonly address: Prefix | null }[];

@@ -33,6 +33,9 @@ describe('pf selftest against the pfctl model', () => {
     expect(checks.map((c) => c.name)).toEqual([
       'validate',
       'validate rejects',
+      'route-to accepted',
+      'route-to (if) refused',
+      'route-to unknown refused',
       'load',
       'read back rules',
       'read back nat',

@@ -20,6 +20,11 @@ pass out quick on lo0 inet proto udp from any to 127.0.0.1 port ${PROBE_PORT} ke
 block drop in quick on lo0 inet from <egst_table> to 192.0.2.3 label "egst-table"
 `;
 const BROKEN = 'pass out quick on lo0 inet proto udp from any to any port nonsense label "egst"\n';
+/** A tunnel class's route-to rule (pf-compiler.ts), to an interface given; only ever `-n`. */
+const routeTo = (target: string): string =>
+  `pass in quick on lo0 route-to ${target} inet from 192.0.2.1 to 192.0.2.2 tag EGST keep state (if-bound) label "egst-route"\n`;
+/** A name no interface has (no driver makes `egst…` interfaces). */
+const ABSENT_INTERFACE = 'egst-absent0';
 
 /** Sends one UDP datagram to 127.0.0.1:9, so the scratch anchor's probe rule sees a packet. */
 export type SendProbe = () => Promise<void>;
@@ -78,6 +83,8 @@ async function runPfSelftest(
       `a broken file: exit ${rejected.exitCode}`,
       'pfctl -n exits non-zero on a file it cannot parse',
     );
+
+    await checkRouteTo((text) => pfctl.read(['-n', '-a', A, '-f', '-'], text), check);
 
     const loaded = await pfctl.tryChange(['-a', A, '-f', '-'], SCRATCH);
     check(
@@ -151,6 +158,40 @@ async function runPfSelftest(
     );
   }
   return checks;
+}
+
+/**
+ * The route-to forms the compiler relies on, under `-n` only (nothing is loaded): the bare
+ * `route-to IF` parses, `(IF)` without an address does not (parse.y route_host: `STRING |
+ * '(' STRING host ')'`), and an interface the host lacks is refused while parsing, as parse.y
+ * 1.291/1.449 do and F93's no longer does (docs/macos.md, "route-to and pfctl's grammar"). If
+ * the last fails, macOS loads an anchor naming an absent utun: the model is only stricter.
+ */
+async function checkRouteTo(
+  validate: (text: string) => Promise<{ exitCode: number; stderr: string }>,
+  check: (name: string, ok: boolean, detail: string, assumption: string | null) => void,
+): Promise<void> {
+  const bare = await validate(routeTo('lo0'));
+  check(
+    'route-to accepted',
+    bare.exitCode === 0,
+    `route-to lo0: exit ${bare.exitCode}${bare.exitCode === 0 ? '' : `: ${bare.stderr.trim()}`}`,
+    'the bare `route-to IF` of a tunnel class parses (parse.y route_host: STRING)',
+  );
+  const parenthesised = await validate(routeTo('(lo0)'));
+  check(
+    'route-to (if) refused',
+    parenthesised.exitCode !== 0,
+    `route-to (lo0): exit ${parenthesised.exitCode}`,
+    "`route-to (IF)` without an address is a syntax error (parse.y route_host: '(' STRING host ')')",
+  );
+  const unknown = await validate(routeTo(ABSENT_INTERFACE));
+  check(
+    'route-to unknown refused',
+    unknown.exitCode !== 0 && unknown.stderr.includes(`unknown interface ${ABSENT_INTERFACE}`),
+    `route-to ${ABSENT_INTERFACE}: exit ${unknown.exitCode}${unknown.stderr.trim() === '' ? '' : `: ${unknown.stderr.trim()}`}`,
+    'a route-to interface the host lacks is refused at -n ("routeto: unknown interface", parse.y 1.449 ifa_exists), so the compiler emits none for an absent tunnel',
+  );
 }
 
 async function checkReferences(

@@ -140,6 +140,48 @@ describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {
     );
   });
 
+  it('refuses `route-to (ifname)` and a route-to interface the host lacks, at -n and at load', () => {
+    // parse.y route_host (1.291, 1.449): `STRING | '(' STRING host ')'`, each action checking
+    // ifa_exists while parsing, so -n fails as the load does and no rule changes (a load's
+    // begun transaction is rolled back; its tickets have moved, as the kernel's do).
+    const model = hostWithAnchor();
+    const before = JSON.stringify(model.state.anchors);
+    const rule = (target: string): string =>
+      `pass in quick on bridge100 route-to ${target} inet all tag EG keep state (if-bound) label "ks"\n`;
+    const notLoaded = 'pfctl: Syntax error in config file: pf rules not loaded\n';
+    for (const argv of [
+      ['-n', '-a', OURS, '-f', '-'],
+      ['-a', OURS, '-f', '-'],
+    ]) {
+      const warning = argv[0] === '-n' ? '' : PFCTL_LOAD_WARNING;
+      expect(model.run(argv, { stdin: rule('(en0)') })).toEqual({
+        exitCode: 1,
+        stdout: '',
+        stderr: `${warning}stdin:1: syntax error\n${notLoaded}`,
+      });
+      for (const target of ['utun3', '(utun3 10.8.0.1)']) {
+        expect(model.run(argv, { stdin: rule(target) })).toEqual({
+          exitCode: 1,
+          stdout: '',
+          stderr: `${warning}stdin:1: routeto: unknown interface utun3\n${notLoaded}`,
+        });
+      }
+    }
+    expect(JSON.stringify(model.state.anchors)).toBe(before);
+    // Once the interface exists, both forms load, and -sr prints the bare one bare (print_pool).
+    model.setInterface('utun3', ['10.8.0.2/32']);
+    expect(model.run(['-n', '-a', OURS, '-f', '-'], { stdin: rule('utun3') }).exitCode).toBe(0);
+    expect(model.run(['-a', OURS, '-f', '-'], { stdin: rule('utun3') }).exitCode).toBe(0);
+    expect(model.run(['-a', OURS, '-sr']).stdout).toBe(
+      'pass in quick on bridge100 route-to utun3 inet all flags S/SA keep state (if-bound) label "ks" tag EG\n',
+    );
+    // Gone after the load, it stays in the loaded rule (the kernel keeps the name): the rules
+    // read back as they were, and only a new load is refused.
+    model.setInterface('utun3', null);
+    expect(model.run(['-a', OURS, '-sr']).stdout).toContain('route-to utun3 inet');
+    expect(model.run(['-n', '-a', OURS, '-f', '-'], { stdin: rule('utun3') }).exitCode).toBe(1);
+  });
+
   it('ignores `load anchor` in a file loaded with -a (pfctl.c:1505-1507)', () => {
     const model = hostWithAnchor();
     const result = model.run(['-a', OURS, '-f', '-'], {

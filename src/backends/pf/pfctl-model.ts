@@ -240,6 +240,7 @@ export class PfctlModel {
       file: `<${anchor}>`,
       anchorPath: anchor,
       interfaces: this.interfaceMap(),
+      interfacesComplete: true,
     });
     if (loaded.load === null) {
       return { exitCode: 1, stdout: '', stderr: formatPfConfProblems(loaded.problems) };
@@ -396,6 +397,9 @@ export class PfctlModel {
     if (cached !== undefined) return withTables(cached, anchor);
     const parts: PfKernelRulesets[] = [];
     for (const source of anchor.sources) {
+      // The interfaces it was loaded with, and no parse-time checks: what passed stays loaded
+      // (a route-to interface gone since stays in the rule: the kernel keeps the name in a kif,
+      // pfi_kif_get, and pf_route drops what it sends there).
       const loaded = loadPfConfText(source.text, {
         file: source.file,
         anchorPath: path,
@@ -809,6 +813,7 @@ class Invocation {
         file: shown,
         anchorPath: anchor,
         interfaces: this.model.interfaceMap(),
+        interfacesComplete: true,
         readFile: (p) => this.state.files[p] ?? this.options.readFile?.(p),
       });
       if (loaded.load === null) {
