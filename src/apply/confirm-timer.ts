@@ -214,37 +214,60 @@ export async function cancelRevert(input: {
   options?: BackendOptions;
 }): Promise<void> {
   const { pending } = input;
-  // The file goes first: a timer that fires now finds nothing to revert.
+  // A timer this command cannot stop (the wrong `--target`) is refused before anything changes:
+  // were the file gone, the revert would be forgotten while its timer still runs.
+  const stop = timerStopper(input);
+  // Then the file goes first: a timer that fires now finds nothing to revert.
   if (readPendingConfirm(input.state)?.generation === pending.generation) {
     removeFile(input.state.file(FILES.confirm));
   }
-  if (pending.timer.kind === 'backend') {
-    const { timer } = pending;
-    const own = input.backend?.name === timer.backend ? input.backend.confirmTimer : undefined;
-    if (own === undefined) {
-      throw new EgressguardError(
-        'usage',
-        `Cannot stop the revert timer "${timer.id}": it was scheduled by backend "${timer.backend}", not by ${input.backend === undefined ? 'this command' : `"${input.backend.name}"`}`,
-        {
-          hint: `its pending file is gone, so when it fires it reverts nothing; run \`egressguard confirm --target ${timer.backend}\` to stop it`,
-        },
-      );
+  await stop();
+}
+
+/** What stops the pending revert's timer; a `usage` error when this backend cannot. */
+function timerStopper(input: {
+  runner: Runner;
+  pending: PendingConfirm;
+  backend?: Backend;
+  options?: BackendOptions;
+}): () => Promise<void> {
+  const { timer } = input.pending;
+  switch (timer.kind) {
+    case 'backend': {
+      const own = input.backend?.name === timer.backend ? input.backend.confirmTimer : undefined;
+      if (own === undefined) {
+        throw new EgressguardError(
+          'usage',
+          `Cannot stop the revert timer "${timer.id}": it was scheduled by backend "${timer.backend}", not by ${input.backend === undefined ? 'this command' : `"${input.backend.name}"`}`,
+          {
+            hint: `nothing was changed, and it still reverts at its deadline; run \`egressguard confirm --target ${timer.backend}\` to stop it`,
+          },
+        );
+      }
+      return () =>
+        own.cancel({
+          runner: input.runner,
+          options: input.options ?? {},
+          timer: { id: timer.id, ...(timer.file === undefined ? {} : { file: timer.file }) },
+        });
     }
-    await own.cancel({
-      runner: input.runner,
-      options: input.options ?? {},
-      timer: { id: timer.id, ...(timer.file === undefined ? {} : { file: timer.file }) },
-    });
-  } else if (pending.timer.kind === 'systemd') {
-    await input.runner.run(['systemctl', 'stop', `${pending.timer.unit}.timer`], {
-      effect: 'change',
-      allowFailure: true,
-    });
-  } else if (isProcessAlive(pending.timer)) {
-    try {
-      process.kill(pending.timer.pid, 'SIGTERM');
-    } catch {
-      // Gone meanwhile.
-    }
+    case 'systemd':
+      return async () => {
+        await input.runner.run(['systemctl', 'stop', `${timer.unit}.timer`], {
+          effect: 'change',
+          allowFailure: true,
+        });
+      };
+    case 'process':
+      return () => {
+        if (isProcessAlive(timer)) {
+          try {
+            process.kill(timer.pid, 'SIGTERM');
+          } catch {
+            // Gone meanwhile.
+          }
+        }
+        return Promise.resolve();
+      };
   }
 }

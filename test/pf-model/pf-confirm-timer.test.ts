@@ -7,6 +7,7 @@ import {
   readStatus,
   revertUnconfirmed,
 } from '../../src/apply/index.js';
+import { registry } from '../../src/backends/index.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
 import { lintLaunchdPlist, readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
@@ -84,6 +85,36 @@ describe('the pf confirm timer as a one-shot LaunchDaemon (launchctl model)', ()
       `system/${timer.id}`,
     ]);
     expect(new LaunchctlModel(h.macos.launchd).fire(timer.id)).toBeNull();
+  });
+
+  it('confirm with the wrong --target is refused and changes nothing: the timer still reverts', async () => {
+    const h = createPfModelHost();
+    hosts.push(h);
+    const context = hostContext(h.target, pfBackend);
+    const first = await applyPrepared(h.target, h.prepare());
+    const second = await applyPrepared(h.target, h.prepare(changedPolicy(h, 4005)), {
+      confirm: { seconds: 30, revertCommand },
+    });
+    const timer = second.pending?.timer;
+    if (timer?.kind !== 'backend') throw new Error('no LaunchDaemon timer was scheduled');
+    const pendingText = readFileSync(h.target.state.file('pending-confirm.json'), 'utf8');
+    const calls = h.runner.invocations.length;
+
+    await expect(
+      confirmGeneration(hostContext(h.target, registry.get('nftables'))),
+    ).rejects.toThrow(
+      `Cannot stop the revert timer "${timer.id}": it was scheduled by backend "pf", not by "nftables"`,
+    );
+    // The pending revert, its LaunchDaemon and its plist are all still there; nothing ran.
+    expect(readFileSync(h.target.state.file('pending-confirm.json'), 'utf8')).toBe(pendingText);
+    expect(jobs(h)).toEqual([timer.id]);
+    expect(existsSync(timer.file ?? '')).toBe(true);
+    expect(h.runner.invocations.length).toBe(calls);
+
+    // So the timer, fired, still reverts; had the file gone first, it would revert nothing.
+    const argv = new LaunchctlModel(h.macos.launchd).fire(timer.id);
+    const outcome = await revertUnconfirmed({ ...context, generation: Number(argv?.[3]) });
+    expect(outcome).toMatchObject({ kind: 'reverted', restored: first.generation.number });
   });
 
   it('an unconfirmed generation whose LaunchDaemon fires is reverted to the previous one', async () => {
