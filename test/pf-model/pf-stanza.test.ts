@@ -1,4 +1,12 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -7,6 +15,7 @@ import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js'
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { findPfConfStanzas, STANZA_BEGIN } from '../../src/backends/pf/pf-conf-stanza.js';
 import { findForbiddenPfctlForms } from '../../src/backends/pf/pfctl-model.js';
+import { PF_CONF_RENAME_POINT } from '../../src/backends/pf/write-pf-conf.js';
 import { applyPrepared, hostContext, planPrepared } from '../../src/host/index.js';
 import { createPfModelHost, type PfModelHost } from './support.js';
 
@@ -20,11 +29,22 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-function stanzaHost(text: string, variant: 'current' | 'legacy' = 'legacy') {
+function stanzaHost(
+  text: string,
+  variant: 'current' | 'legacy' = 'legacy',
+  options: { symlinked?: boolean } = {},
+) {
   const dir = mkdtempSync(join(tmpdir(), 'eg-pf-stanza-'));
   dirs.push(dir);
   const pfConf = join(dir, 'pf.conf');
-  writeFileSync(pfConf, text, { mode: 0o644 });
+  if (options.symlinked === true) {
+    // pf.conf kept elsewhere and linked (configuration management does this).
+    mkdirSync(join(dir, 'managed'));
+    writeFileSync(join(dir, 'managed', 'pf.conf'), text, { mode: 0o644 });
+    symlinkSync('managed/pf.conf', pfConf);
+  } else {
+    writeFileSync(pfConf, text, { mode: 0o644 });
+  }
   const h = createPfModelHost({
     pfConf: readStockPfFiles(variant).pfConf,
     backendOptions: { pfAttach: 'stanza', pfConf },
@@ -85,12 +105,28 @@ describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
   });
 
   it('leaves pf.conf as it was when a step after the load fails', async () => {
-    for (const point of ['before-pf-load', 'after-pf-load', 'after-pf-reference']) {
+    for (const point of [
+      'before-pf-load',
+      'after-pf-load',
+      'after-pf-reference',
+      PF_CONF_RENAME_POINT,
+    ]) {
       const { h, pfConf } = stanzaHost(LEGACY);
       h.faults.set(point, 'fail');
       await expect(applyPrepared(h.target, h.prepare())).rejects.toThrow();
       expect(readFileSync(pfConf, 'utf8'), point).toBe(LEGACY);
     }
+  });
+
+  it('edits a symlinked pf.conf where it lives: apply and remove keep the link', async () => {
+    const { h, pfConf, context } = stanzaHost(LEGACY, 'legacy', { symlinked: true });
+    const target = join(pfConf, '..', 'managed', 'pf.conf');
+    await applyPrepared(h.target, h.prepare());
+    expect(lstatSync(pfConf).isSymbolicLink()).toBe(true);
+    expect(findPfConfStanzas(readFileSync(target, 'utf8'), 'egressguard').blocks).toHaveLength(1);
+    await removeGeneration(context);
+    expect(lstatSync(pfConf).isSymbolicLink()).toBe(true);
+    expect(readFileSync(target, 'utf8')).toBe(LEGACY);
   });
 
   it('migrates an older unmarked stanza and a duplicated block into one marked block', async () => {

@@ -1,10 +1,11 @@
-import { readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { createStepTimer, EgressguardError } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import type { Applier, Artifact } from '../backend.js';
 import { anchorText, checkConsulted, readDesiredAnchor, readLiveAnchor } from './pf-inspector.js';
 import { installPfConfStanza, removePfConfStanza } from './pf-conf-stanza.js';
 import type { PfOptions } from './pf-options.js';
+import { writePfConf } from './write-pf-conf.js';
 import { forgetOwnToken, readOwnToken, writeOwnToken } from './pf-token.js';
 import { parseEnableToken, parseReferenceTokens, type Pfctl } from './pfctl-command.js';
 
@@ -92,6 +93,9 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
     return outcome.result;
   };
 
+  const writeConf = (text: string): Promise<void> =>
+    writePfConf(options.pfConf, text, { faults: runner.faults });
+
   const killStates = async (artifacts: readonly Artifact[]): Promise<void> => {
     for (const prefix of readDesiredAnchor(anchorText(artifacts), anchor).sourcePrefixes) {
       if (prefix.startsWith('!')) continue;
@@ -162,6 +166,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       // step fails: a refused apply leaves it as it was.
       const original = stanza?.changed === true ? readPfConf(options.pfConf) : undefined;
       await timer.time('load', () => load(text));
+      let written = false;
       try {
         await runner.faults.hit('after-pf-load');
         await timer.time('reference', ensureReference);
@@ -172,7 +177,10 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         if (after.fingerprint !== before.fingerprint || applyOptions.force === true) {
           await timer.time('kill states', () => killStates(artifacts));
         }
-        if (stanza?.changed === true) writePfConf(options.pfConf, stanza.text);
+        if (stanza?.changed === true) {
+          await writeConf(stanza.text);
+          written = true;
+        }
         // A stanza attaches from the next boot: say so, as what the apply waits for.
         const deferred =
           stanza === null
@@ -182,7 +190,8 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
               );
         return { deferred };
       } catch (error) {
-        if (original !== undefined) writePfConf(options.pfConf, original);
+        // The write is atomic: one that failed left the original in place.
+        if (written && original !== undefined) await writeConf(original);
         if (applyOptions.previous !== undefined) await load(anchorText(applyOptions.previous));
         throw new EgressguardError(
           'partially-applied',
@@ -217,7 +226,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         forgetOwnToken(options.tokenFile);
       }
       if (stanza?.changed === true) {
-        writePfConf(options.pfConf, stanza.text);
+        await writeConf(stanza.text);
         removed.push(
           `the egressguard block of "${options.pfConf}" (${stanza.migrated.length === 0 ? 'marked' : `and ${stanza.migrated.length} older lines`})`,
         );
@@ -240,13 +249,6 @@ function readPfConf(path: string): string {
       },
     );
   }
-}
-
-/** Atomically, keeping the file's mode: a crash leaves the old pf.conf or the new one. */
-function writePfConf(path: string, text: string): void {
-  const temporary = `${path}.egressguard.${process.pid}.tmp`;
-  writeFileSync(temporary, text, { mode: statSync(path).mode & 0o7777 });
-  renameSync(temporary, path);
 }
 
 /** pfctl's message without the warnings it prints on every `-f` (PFCTL_LOAD_WARNING, ALTQ). */
