@@ -73,6 +73,7 @@ export async function scheduleRevert(input: {
       dir: input.state.file(BACKEND_TIMER_DIR),
       generation: input.generation,
       seconds: input.seconds,
+      deadline,
       command: input.command,
       keep: still?.kind === 'backend' ? [still] : [],
     });

@@ -360,7 +360,8 @@ export interface ScheduledTimer {
 
 /**
  * The out-of-process confirm-or-revert timer, kept by the OS's service manager: it runs
- * `command` once, `seconds` after `schedule`, unless `cancel` ran first. A lost SSH session
+ * `command` once, `seconds` after `schedule` (or, when the host slept through that, as soon as it
+ * wakes), unless `cancel` ran first. A lost SSH session
  * kills the CLI, which is exactly when the revert must still happen.
  */
 export interface ConfirmTimerSupport {
@@ -373,6 +374,8 @@ export interface ConfirmTimerSupport {
     readonly dir: string;
     readonly generation: number;
     readonly seconds: number;
+    /** When the revert is due (ISO 8601): `seconds` from now, as the pending file records it. */
+    readonly deadline: string;
     /** argv that reverts the generation (`egressguard restore --unconfirmed N …`). */
     readonly command: readonly string[];
     /** Timers still pending (a superseded confirmation put back if this apply fails): keep them. */

@@ -157,6 +157,41 @@ describe('the pf confirm timer as a one-shot LaunchDaemon (launchctl model)', ()
     expect(existsSync(timer.file ?? '')).toBe(false);
   });
 
+  it('a Mac asleep at the deadline reverts when it wakes, not an interval later', async () => {
+    const h = createPfModelHost();
+    hosts.push(h);
+    const context = hostContext(h.target, pfBackend);
+    const first = await applyPrepared(h.target, h.prepare());
+    const window = 600;
+    const second = await applyPrepared(h.target, h.prepare(changedPolicy(h, 4006)), {
+      confirm: { seconds: window, revertCommand },
+    });
+    const timer = second.pending?.timer;
+    if (timer?.kind !== 'backend' || second.pending === undefined) {
+      throw new Error('no LaunchDaemon timer was scheduled');
+    }
+    const launchd = new LaunchctlModel(h.macos.launchd);
+    const loadedAt = h.macos.launchd.jobs[timer.id]?.loadedAt ?? NaN;
+    const deadline = Date.parse(second.pending.deadline);
+    const until = loadedAt + 3 * window * 1000;
+
+    // Awake: once, at the deadline (StartInterval); the calendar minute after finds it spent.
+    expect(launchd.launches(timer.id, { until })).toEqual([loadedAt + window * 1000]);
+    expect(loadedAt + window * 1000).toBeGreaterThanOrEqual(deadline);
+
+    // Asleep from a minute in until 15 minutes after the deadline: the StartInterval firing is
+    // missed (launchd.plist(5)); the calendar entry it missed starts the job at the wake. With
+    // StartInterval alone, the next firing would come at 2 × 600 s, five minutes after the wake.
+    const wake = deadline + 15 * 60_000;
+    const sleeps = [{ from: loadedAt + 60_000, to: wake }];
+    expect(launchd.launches(timer.id, { until, sleeps })).toEqual([wake]);
+
+    const argv = launchd.fire(timer.id);
+    const outcome = await revertUnconfirmed({ ...context, generation: Number(argv?.[3]) });
+    expect(outcome).toMatchObject({ kind: 'reverted', restored: first.generation.number });
+    expect(launchd.launches(timer.id, { until, sleeps })).toEqual([]); // LaunchOnlyOnce
+  });
+
   it('a newer confirmed apply supersedes the pending one: its LaunchDaemon is booted out', async () => {
     const h = createPfModelHost();
     hosts.push(h);

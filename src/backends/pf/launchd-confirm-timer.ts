@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { EgressguardError } from '../../core/index.js';
 import type { CommandClass, Runner } from '../../runner/index.js';
 import type { ConfirmTimerSupport, ScheduledTimer } from '../backend.js';
+import { systemTimeZone } from './calendar-interval.js';
 import {
   createConfirmRevertDaemon,
   lintLaunchdPlist,
@@ -22,7 +23,8 @@ function launchctlPath(): string {
 /**
  * The confirm-or-revert timer on macOS (DESIGN.md §5): a one-shot LaunchDaemon in the `system`
  * domain that runs the revert once, `seconds` after it is bootstrapped (StartInterval, RunAtLoad
- * false, LaunchOnlyOnce), unless `confirm` boots it out first. Its plist lives in the state
+ * false, LaunchOnlyOnce) or, when the Mac slept through that, at the wake (StartCalendarInterval:
+ * createConfirmRevertDaemon), unless `confirm` boots it out first. Its plist lives in the state
  * directory, not /Library/LaunchDaemons: like the generic timers it must not outlive a reboot
  * (boot's `restore` reverts a confirmation left pending). A timer that fired stays loaded but
  * spent (LaunchOnlyOnce) until the next schedule boots it out: a job booting itself out would be
@@ -44,6 +46,9 @@ export function createLaunchdConfirmTimer(): ConfirmTimerSupport {
           label,
           programArguments: input.command,
           delaySeconds: input.seconds,
+          deadline: Date.parse(input.deadline),
+          scheduledAt: Date.now(),
+          timeZone: systemTimeZone(),
         }),
         standardOutPath: join(input.dir, 'revert.log'),
         standardErrorPath: join(input.dir, 'revert.log'),

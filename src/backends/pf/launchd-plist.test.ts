@@ -3,6 +3,7 @@ import {
   createConfirmRevertDaemon,
   createReconvergeDaemon,
   lintLaunchdPlist,
+  readLaunchDaemonPlist,
   renderLaunchDaemonPlist,
 } from './launchd-plist.js';
 
@@ -30,23 +31,43 @@ describe('LaunchDaemon plists', () => {
     );
   });
 
-  it('renders the one-shot confirm-or-revert timer', () => {
-    const xml = renderLaunchDaemonPlist(
-      createConfirmRevertDaemon({
-        label: 'com.egressguard.confirm-timer',
-        programArguments: ['/usr/local/bin/egressguard', 'revert', '--if-unconfirmed', 'gen-7'],
-        delaySeconds: 120,
-      }),
-    );
+  it('renders the one-shot confirm-or-revert timer: at the deadline, or at the wake after it', () => {
+    const at = { scheduledAt: Date.UTC(2026, 4, 9, 21, 58, 40), timeZone: 'Europe/Paris' };
+    const daemon = createConfirmRevertDaemon({
+      label: 'com.egressguard.confirm-timer',
+      programArguments: ['/usr/local/bin/egressguard', 'revert', '--if-unconfirmed', 'gen-7'],
+      delaySeconds: 120,
+      deadline: at.scheduledAt + 120_000,
+      ...at,
+    });
+    const xml = renderLaunchDaemonPlist(daemon);
     expect(lintLaunchdPlist(xml)).toEqual([]);
     expect(xml).toContain('<key>RunAtLoad</key>\n\t<false/>');
     expect(xml).toContain('<key>StartInterval</key>\n\t<integer>120</integer>');
     expect(xml).toContain('<key>LaunchOnlyOnce</key>\n\t<true/>');
+    // 22:00:40 UTC is 00:00:40 on 10 May in Paris (CEST): the first whole minute after is 00:01.
+    expect(xml).toContain(
+      [
+        '<key>StartCalendarInterval</key>',
+        '\t<array>',
+        '\t\t<dict>',
+        '\t\t\t<key>Month</key>\n\t\t\t<integer>5</integer>',
+        '\t\t\t<key>Day</key>\n\t\t\t<integer>10</integer>',
+        '\t\t\t<key>Hour</key>\n\t\t\t<integer>0</integer>',
+        '\t\t\t<key>Minute</key>\n\t\t\t<integer>1</integer>',
+        '\t\t</dict>',
+        '\t</array>',
+      ].join('\n'),
+    );
+    expect(readLaunchDaemonPlist(xml).startCalendarInterval).toEqual([
+      { month: 5, day: 10, hour: 0, minute: 1 },
+    ]);
+    expect(() => renderLaunchDaemonPlist({ ...daemon, startInterval: 0 })).toThrow(
+      /StartInterval must be a positive integer/,
+    );
     expect(() =>
-      renderLaunchDaemonPlist(
-        createConfirmRevertDaemon({ label: 'x', programArguments: ['x'], delaySeconds: 0 }),
-      ),
-    ).toThrow(/StartInterval must be a positive integer/);
+      renderLaunchDaemonPlist({ ...daemon, startCalendarInterval: [{ minute: 60 }] }),
+    ).toThrow(/StartCalendarInterval Minute must be 0–59, not 60/);
   });
 
   it('the lint catches what plutil -lint and launchd reject', () => {
@@ -79,6 +100,22 @@ describe('LaunchDaemon plists', () => {
       ['<plist version="1.0"><dict/><dict/></plist>', /holds 2 values/],
       ['<dict/>', /root element is <dict>/],
       [wrap(`${ok}<key>X</key><foo/>`), /<foo> is not a property list type/],
+      [
+        wrap(`${ok}<key>StartCalendarInterval</key><integer>5</integer>`),
+        /StartCalendarInterval must be a dict of integers or an array of them/,
+      ],
+      [
+        wrap(
+          `${ok}<key>StartCalendarInterval</key><dict><key>Hour</key><integer>24</integer></dict>`,
+        ),
+        /StartCalendarInterval Hour must be an integer 0–23/,
+      ],
+      [
+        wrap(
+          `${ok}<key>StartCalendarInterval</key><array><dict><key>Second</key><integer>0</integer></dict></array>`,
+        ),
+        /unknown StartCalendarInterval key "Second"/,
+      ],
     ];
     for (const [xml, expected] of cases) {
       expect(lintLaunchdPlist(xml).join('\n'), xml).toMatch(expected);

@@ -1,4 +1,5 @@
 import { SaxesParser } from 'saxes';
+import { calendarIntervalNotBefore, type CalendarInterval } from './calendar-interval.js';
 
 /**
  * LaunchDaemon property lists (launchd.plist(5)): the resident re-converge daemon (re-arms pf at
@@ -13,6 +14,7 @@ export interface LaunchDaemon {
   readonly programArguments: readonly string[];
   readonly runAtLoad?: boolean;
   readonly startInterval?: number;
+  readonly startCalendarInterval?: readonly CalendarInterval[];
   readonly launchOnlyOnce?: boolean;
   readonly keepAlive?: boolean;
   readonly standardOutPath?: string;
@@ -41,24 +43,48 @@ export function createReconvergeDaemon(options: {
 }
 
 /**
- * The out-of-process confirm timer: runs once, `delaySeconds` after it is loaded (StartInterval
- * with RunAtLoad false), never again in this boot (LaunchOnlyOnce). `confirm` boots it out and
- * deletes it; if nobody confirms, it runs the revert.
+ * The out-of-process confirm timer: runs once (LaunchOnlyOnce), at whichever comes first of
+ * `delaySeconds` after it is loaded (StartInterval with RunAtLoad false) and the first local
+ * minute at or after `deadline` (StartCalendarInterval, in `timeZone`, launchd's). Both, because
+ * launchd.plist(5) (macOS 10.10 on) says of StartInterval "If the system is asleep during the
+ * time of the next scheduled interval firing, that interval will be missed due to shortcomings in
+ * kqueue(3)", and of StartCalendarInterval "Unlike cron which skips job invocations when the
+ * computer is asleep, launchd will start the job the next time the computer wakes up": a Mac
+ * asleep at the deadline reverts when it wakes, not never. `confirm` boots it out and deletes it.
  */
 export function createConfirmRevertDaemon(options: {
   label: string;
   programArguments: readonly string[];
   delaySeconds: number;
+  /** When the revert is due (epoch ms), and when it was scheduled. */
+  deadline: number;
+  scheduledAt: number;
+  timeZone: string;
 }): LaunchDaemon {
   return {
     label: options.label,
     programArguments: options.programArguments,
     runAtLoad: false,
     startInterval: options.delaySeconds,
+    startCalendarInterval: [
+      calendarIntervalNotBefore(options.deadline, {
+        from: options.scheduledAt,
+        timeZone: options.timeZone,
+      }),
+    ],
     launchOnlyOnce: true,
     processType: 'Background',
   };
 }
+
+/** launchd.plist(5)'s StartCalendarInterval keys, with their ranges. */
+const CALENDAR_KEYS = {
+  Month: ['month', 1, 12],
+  Day: ['day', 1, 31],
+  Weekday: ['weekday', 0, 7],
+  Hour: ['hour', 0, 23],
+  Minute: ['minute', 0, 59],
+} as const;
 
 export function renderLaunchDaemonPlist(daemon: LaunchDaemon): string {
   const entries: string[] = [];
@@ -80,6 +106,29 @@ export function renderLaunchDaemonPlist(daemon: LaunchDaemon): string {
       throw new RangeError(`StartInterval must be a positive integer, not ${daemon.startInterval}`);
     }
     add('StartInterval', `\t<integer>${daemon.startInterval}</integer>`);
+  }
+  if (daemon.startCalendarInterval !== undefined) {
+    add(
+      'StartCalendarInterval',
+      [
+        '\t<array>',
+        ...daemon.startCalendarInterval.flatMap((entry) => [
+          '\t\t<dict>',
+          ...Object.entries(CALENDAR_KEYS).flatMap(([key, [field, low, high]]) => {
+            const value = entry[field];
+            if (value === undefined) return [];
+            if (!Number.isInteger(value) || value < low || value > high) {
+              throw new RangeError(
+                `StartCalendarInterval ${key} must be ${low}–${high}, not ${value}`,
+              );
+            }
+            return [`\t\t\t<key>${key}</key>`, `\t\t\t<integer>${value}</integer>`];
+          }),
+          '\t\t</dict>',
+        ]),
+        '\t</array>',
+      ].join('\n'),
+    );
   }
   if (daemon.launchOnlyOnce !== undefined) add('LaunchOnlyOnce', `\t<${daemon.launchOnlyOnce}/>`);
   if (daemon.keepAlive !== undefined) add('KeepAlive', `\t<${daemon.keepAlive}/>`);
@@ -140,24 +189,26 @@ type PlistValue =
   | { kind: 'dict'; entries: Map<string, PlistValue> };
 
 /** launchd.plist(5) keys egressguard may write, with their types. */
-const LAUNCHD_KEYS: Readonly<Record<string, PlistValue['kind'] | 'string-array' | 'string-dict'>> =
-  {
-    Label: 'string',
-    Program: 'string',
-    ProgramArguments: 'string-array',
-    RunAtLoad: 'bool',
-    StartInterval: 'integer',
-    LaunchOnlyOnce: 'bool',
-    KeepAlive: 'bool',
-    StandardOutPath: 'string',
-    StandardErrorPath: 'string',
-    EnvironmentVariables: 'string-dict',
-    ProcessType: 'string',
-    ThrottleInterval: 'integer',
-    WorkingDirectory: 'string',
-    UserName: 'string',
-    AbandonProcessGroup: 'bool',
-  };
+const LAUNCHD_KEYS: Readonly<
+  Record<string, PlistValue['kind'] | 'string-array' | 'string-dict' | 'calendar'>
+> = {
+  Label: 'string',
+  Program: 'string',
+  ProgramArguments: 'string-array',
+  RunAtLoad: 'bool',
+  StartInterval: 'integer',
+  StartCalendarInterval: 'calendar',
+  LaunchOnlyOnce: 'bool',
+  KeepAlive: 'bool',
+  StandardOutPath: 'string',
+  StandardErrorPath: 'string',
+  EnvironmentVariables: 'string-dict',
+  ProcessType: 'string',
+  ThrottleInterval: 'integer',
+  WorkingDirectory: 'string',
+  UserName: 'string',
+  AbandonProcessGroup: 'bool',
+};
 
 /**
  * Checks a LaunchDaemon plist the way `plutil -lint` does (well-formed XML, one `plist` root of
@@ -200,6 +251,8 @@ export function lintLaunchdPlist(xml: string): string[] {
       ) {
         problems.push(`${key} must be a non-empty array of strings`);
       }
+    } else if (expected === 'calendar') {
+      problems.push(...lintCalendarInterval(entry));
     } else if (expected === 'string-dict') {
       if (entry.kind !== 'dict' || [...entry.entries.values()].some((v) => v.kind !== 'string')) {
         problems.push(`${key} must be a dict of strings`);
@@ -212,6 +265,32 @@ export function lintLaunchdPlist(xml: string): string[] {
   const interval = value.entries.get('StartInterval');
   if (interval?.kind === 'integer' && Number(interval.text) < 1) {
     problems.push('StartInterval must be a positive number of seconds');
+  }
+  return problems;
+}
+
+/** StartCalendarInterval: a dict of integers, or an array of them (launchd.plist(5)). */
+function lintCalendarInterval(entry: PlistValue): string[] {
+  const dicts = entry.kind === 'array' ? entry.items : [entry];
+  if (dicts.length === 0 || dicts.some((d) => d.kind !== 'dict')) {
+    return ['StartCalendarInterval must be a dict of integers or an array of them'];
+  }
+  const problems: string[] = [];
+  for (const dict of dicts) {
+    if (dict.kind !== 'dict') continue;
+    for (const [key, value] of dict.entries) {
+      const range = CALENDAR_KEYS[key as keyof typeof CALENDAR_KEYS] as
+        (typeof CALENDAR_KEYS)[keyof typeof CALENDAR_KEYS] | undefined;
+      if (range === undefined) {
+        problems.push(`unknown StartCalendarInterval key "${key}"`);
+      } else if (
+        value.kind !== 'integer' ||
+        Number(value.text) < range[1] ||
+        Number(value.text) > range[2]
+      ) {
+        problems.push(`StartCalendarInterval ${key} must be an integer ${range[1]}–${range[2]}`);
+      }
+    }
   }
   return problems;
 }
@@ -240,14 +319,31 @@ export function readLaunchDaemonPlist(xml: string): LaunchDaemon {
   const interval = text('StartInterval');
   const runAtLoad = flag('RunAtLoad');
   const launchOnlyOnce = flag('LaunchOnlyOnce');
+  const calendar = value.entries.get('StartCalendarInterval');
+  const startCalendarInterval = calendar === undefined ? undefined : readCalendarInterval(calendar);
   return {
     label: text('Label') ?? '',
     programArguments:
       args?.kind === 'array' ? args.items.map((i) => ('text' in i ? i.text : '')) : [],
     ...(runAtLoad === undefined ? {} : { runAtLoad }),
     ...(interval === undefined ? {} : { startInterval: Number(interval) }),
+    ...(startCalendarInterval === undefined ? {} : { startCalendarInterval }),
     ...(launchOnlyOnce === undefined ? {} : { launchOnlyOnce }),
   };
+}
+
+function readCalendarInterval(entry: PlistValue): CalendarInterval[] {
+  const dicts = entry.kind === 'array' ? entry.items : [entry];
+  return dicts.map((dict) => {
+    const out: Record<string, number> = {};
+    if (dict.kind !== 'dict') return out;
+    for (const [key, value] of dict.entries) {
+      const range = CALENDAR_KEYS[key as keyof typeof CALENDAR_KEYS] as
+        (typeof CALENDAR_KEYS)[keyof typeof CALENDAR_KEYS] | undefined;
+      if (range !== undefined && 'text' in value) out[range[0]] = Number(value.text);
+    }
+    return out;
+  });
 }
 
 function parseXml(xml: string, problems: string[]): XmlElement | null {
