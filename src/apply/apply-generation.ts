@@ -1,9 +1,10 @@
 import type {
   Artifact,
   Backend,
-  LiveState,
   BackendOptions,
+  BoundTunnel,
   LiveProblem,
+  LiveState,
 } from '../backends/index.js';
 import { createStepTimer, EgressguardError, type StepTimings } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
@@ -30,6 +31,7 @@ import {
   writeJson,
   type Generation,
 } from './generation.js';
+import { clearFailure } from './failure-record.js';
 
 export interface ApplyInput {
   readonly backend: Backend;
@@ -39,6 +41,8 @@ export interface ApplyInput {
   readonly policy: string;
   readonly hash: string;
   readonly artifacts: readonly Artifact[];
+  /** The tunnels the artifacts were bound to: recorded, so boot can tell when one moved. */
+  readonly tunnels?: readonly BoundTunnel[];
   /** Artifacts of the class lockdown, kept for `restore` when state is lost. */
   readonly lockdown?: string;
   /**
@@ -97,6 +101,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     const current = readCurrent(input.state);
     const superseded = readPendingFile(input.state);
     const applier = input.backend.createApplier({ runner: input.runner, options: input.options });
+    const readContext = input.tunnels === undefined ? {} : { tunnels: input.tunnels };
     const inspector = input.backend.createInspector({
       runner: input.runner,
       options: input.options,
@@ -104,7 +109,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     // Only a re-apply of the recorded hash can be a no-op; anything else goes straight on.
     const before =
       current?.hash === input.hash && input.force !== true
-        ? await timer.time('read before', () => inspector.read(input.artifacts))
+        ? await timer.time('read before', () => inspector.read(input.artifacts, readContext))
         : undefined;
     const unchanged =
       before !== undefined &&
@@ -117,6 +122,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       // We hold the lock, so a marker left here is a dead apply's, and live state has converged.
       removeFile(input.state.file(FILES.attempt));
       removeFile(input.state.file(FILES.removed));
+      clearFailure(input.state);
       // Re-applied for good, it is confirmed; re-applied with a window, the one running stays.
       if (input.confirm === undefined && superseded !== undefined) {
         await retire(input, superseded, { keepFile: false });
@@ -167,7 +173,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
         timer,
       }));
       committed = true;
-      after = await timer.time('read back', () => inspector.read(input.artifacts));
+      after = await timer.time('read back', () => inspector.read(input.artifacts, readContext));
       checkStamp(after, input.hash);
       if (!isConverged(after)) {
         // Once more, routing only: a tunnel that went down meanwhile took its route with it.
@@ -175,7 +181,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
           previous: undefined,
           routingOnly: true,
         }));
-        after = await inspector.read(input.artifacts);
+        after = await inspector.read(input.artifacts, readContext);
         checkStamp(after, input.hash);
         if (!isConverged(after)) {
           const missing = after.missing.filter(
@@ -241,6 +247,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       appliedAt: new Date().toISOString(),
       fingerprint: after.fingerprint,
       artifacts: input.artifacts,
+      ...(input.tunnels === undefined ? {} : { tunnels: input.tunnels }),
     };
     if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
     writeGeneration(input.state, FILES.applied, generation);
@@ -250,6 +257,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     pruneGenerations(input.state);
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
+    clearFailure(input.state);
     timer.add('state write', performance.now() - stateStarted);
     return {
       generation,

@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, unlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { EgressguardError } from '../core/index.js';
-import type { Artifact, BackendOptions } from '../backends/index.js';
+import type { Artifact, BackendOptions, BoundTunnel } from '../backends/index.js';
 import { isProcessAlive, type StateDir } from '../state/index.js';
 
 /** One applied configuration, as kept in the state directory. */
@@ -15,6 +15,8 @@ export interface Generation {
   readonly appliedAt: string;
   readonly fingerprint: string | null;
   readonly artifacts: readonly Artifact[];
+  /** The tunnels it was bound to (absent in generations recorded before they were kept). */
+  readonly tunnels?: readonly BoundTunnel[];
 }
 
 /** An apply in progress; left behind by a crash, so `status` can tell the truth. */
@@ -37,6 +39,8 @@ export const FILES = {
   lockdown: 'lockdown',
   /** Written by an explicit removal: boot restore then loads nothing, not the lockdown. */
   removed: 'removed.json',
+  /** The last apply that failed, or a boot that fell back to the lockdown (failure-record.ts). */
+  failure: 'last-failure.json',
 } as const;
 
 /** On disk: the metadata, with each artifact in a file of its own under generations/. */

@@ -18,3 +18,4 @@ export {
   type ResidentRepair,
 } from './run-resident.js';
 export { startGatewayLoop, type GatewayLoop } from './run-gateway.js';
+export { recordFailure, type FailureRecord } from './failure-record.js';

@@ -1,6 +1,7 @@
 import { type Backend, type BackendOptions, type LiveState } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { isProcessAlive, type StateDir } from '../state/index.js';
+import { readFailure, type FailureRecord } from './failure-record.js';
 import { FILES, readAttempt, readGeneration, type Attempt, type Generation } from './generation.js';
 
 /** The one-word summary `status` leads with. */
@@ -17,6 +18,12 @@ export interface HostStatus {
   readonly generation: number | null;
   readonly appliedAt: string | null;
   readonly live: LiveState;
+  /**
+   * The last apply that failed, or a boot that loaded the lockdown, since an apply last went in
+   * (the re-converge LaunchDaemon's failures land here). It does not change `condition`, which
+   * compares live state with the applied generation; `status` exits non-zero for it.
+   */
+  readonly failure: FailureRecord | null;
 }
 
 /** Compares what was applied with what is live, and says why they differ. */
@@ -36,7 +43,11 @@ export async function readStatus(input: {
   }
   const attempt = readAttempt(input.state);
   const inspector = input.backend.createInspector({ runner: input.runner, options: input.options });
-  const live = await inspector.read(applied?.artifacts);
+  const live = await inspector.read(
+    applied?.artifacts,
+    applied?.tunnels === undefined ? {} : { tunnels: applied.tunnels },
+  );
+  const failure = readFailure(input.state);
   const reasons: string[] = [];
   let condition: Condition;
   if (corrupt !== undefined) {
@@ -69,6 +80,8 @@ export async function readStatus(input: {
     if (live.unexpected.length > 0) {
       reasons.push(`unexpected: ${live.unexpected.map((m) => m.what).join('; ')}`);
     }
+    // The live state is what was applied, but the tunnel it names is no longer the policy's.
+    reasons.push(...movedTunnels(live));
     condition = reasons.length === 0 ? 'InSync' : 'Drifted';
     for (const tunnel of new Set(waiting.map((m) => m.waitingFor))) {
       const what = waiting.filter((m) => m.waitingFor === tunnel).map((m) => m.what);
@@ -76,6 +89,8 @@ export async function readStatus(input: {
     }
     for (const m of later) reasons.push(`waiting for ${m.until ?? ''}: ${m.what}`);
   }
+  if (failure !== null)
+    reasons.push(`the last ${failure.operation} (${failure.at}): ${failure.message}`);
   return {
     condition,
     reasons,
@@ -86,5 +101,25 @@ export async function readStatus(input: {
     generation: applied?.number ?? null,
     appliedAt: applied?.appliedAt ?? null,
     live,
+    failure,
   };
+}
+
+/**
+ * Tunnels found by `match` that are elsewhere now: on another interface (a renumbered utun), or
+ * nowhere while the interface the live state names exists (another VPN took its number). One
+ * absent and matched nowhere is a tunnel that is down: the kill switch holds, nothing moved.
+ */
+function movedTunnels(live: LiveState): string[] {
+  return live.tunnels.flatMap((t) => {
+    if (t.matchesNow === undefined || t.matchesNow === t.name) return [];
+    const name = t.declared ?? t.name;
+    if (t.matchesNow !== null) {
+      return [`tunnel ${name} is on "${t.matchesNow}" now, but the live state names "${t.name}"`];
+    }
+    if (t.state === 'absent') return [];
+    return [
+      `tunnel ${name} matches no interface now, but the live state names "${t.name}", an interface that is not the tunnel`,
+    ];
+  });
 }

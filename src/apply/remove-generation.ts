@@ -41,7 +41,7 @@ export async function removeOwned(input: RemoveInput): Promise<readonly string[]
     current = undefined;
   }
   if (current !== undefined) writeGeneration(input.state, FILES.previous, current);
-  for (const name of [FILES.applied, FILES.attempt, FILES.confirm, FILES.lockdown]) {
+  for (const name of [FILES.applied, FILES.attempt, FILES.confirm, FILES.lockdown, FILES.failure]) {
     removeFile(input.state.file(name));
   }
   // Boot-time restore reads this: an explicit removal must not come back as a lockdown.

@@ -1,5 +1,8 @@
+import { hostname } from 'node:os';
 import type { Backend, BackendOptions, LiveProblem } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
+import { describeTunnelMatch, matchesTunnel } from '../facts/index.js';
+import { resolveTunnels } from '../ir/index.js';
 import type { Runner } from '../runner/index.js';
 import {
   acquireHostLockWaiting,
@@ -15,6 +18,7 @@ import {
   writeGeneration,
   type Generation,
 } from './generation.js';
+import { clearFailure, recordFailure } from './failure-record.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { revertPending } from './revert-generation.js';
 import { readPendingFile, type PendingConfirm } from './confirm-timer.js';
@@ -93,12 +97,20 @@ export async function restoreGeneration(input: {
     if (generation === undefined) {
       return await loadLockdown(input, `no state at ${state.file(FILES.applied)}`);
     }
+    // A tunnel found by `match` that is elsewhere now (a utun renumbered while the Mac was down
+    // or asleep): the generation would route its class into whatever wears the old name, or, on
+    // pf, fail to load ("routeto: unknown interface"). Fail closed; the re-converge binds anew.
+    const moved = await findMovedTunnels(input, generation);
+    if (moved !== null) {
+      return await loadLockdown(input, `Cannot load generation ${generation.number}: ${moved}`);
+    }
     try {
       const { deferred } = await input.backend
         .createApplier({ runner: input.runner, options: generation.options })
         .apply(generation.artifacts, { previous: undefined });
       await recordFingerprint({ ...input, generation });
       clearDeadAttempt(state);
+      clearFailure(state, 'restore');
       return { kind: 'restored', generation: generation.number, deferred };
     } catch (error) {
       return await loadLockdown(
@@ -135,6 +147,45 @@ async function revertAtBoot(
     case 'nothing':
       return { kind: outcome.kind, reason: `${reason}: ${outcome.reason}` };
   }
+}
+
+/**
+ * Why the generation's tunnels found by `match` are not where it was bound to them, in words, or
+ * null when every one is (or the generation recorded none, or the backend cannot read interfaces).
+ * Resolved as an apply would (resolveTunnels), so a tunnel absent then and now is not "moved".
+ */
+async function findMovedTunnels(
+  input: { backend: Backend; runner: Runner },
+  generation: Generation,
+): Promise<string | null> {
+  const tunnels = generation.tunnels ?? [];
+  const read = input.backend.readInterfaces;
+  if (read === undefined || !tunnels.some((t) => t.match !== null)) return null;
+  let interfaces: Awaited<ReturnType<typeof read>>;
+  let resolved: Map<string, string>;
+  try {
+    interfaces = await read(input.runner);
+    resolved = resolveTunnels(
+      {
+        tunnels: tunnels.map((t) => t.declared),
+        tunnelMatches: Object.fromEntries(
+          tunnels.flatMap((t) => (t.match === null ? [] : [[t.declared, t.match]])),
+        ),
+      },
+      { interfaces, hostname: hostname() },
+    );
+  } catch (error) {
+    return `cannot tell where its tunnels are now: ${(error as Error).message}`;
+  }
+  const moved = tunnels.flatMap(({ declared, interface: then, match }) => {
+    const now = resolved.get(declared) ?? declared;
+    if (match === null || now === then) return [];
+    const found = interfaces.some((i) => i.name === now && matchesTunnel(match, i));
+    return [
+      `tunnel "${declared}" (${describeTunnelMatch(match)}) was "${then}" when it was applied, and ${found ? `is "${now}"` : 'matches no interface'} now`,
+    ];
+  });
+  return moved.length === 0 ? null : moved.join('; ');
 }
 
 /** `restore --previous`: the generation before becomes the applied one again. */
@@ -182,6 +233,11 @@ async function loadLockdown(
     await input.backend
       .createApplier({ runner: input.runner, options: input.options })
       .lockdown(lockdown);
+    // Failing closed is safe, not healthy: `status` says so until an apply goes in.
+    recordFailure(input.state, {
+      operation: 'restore',
+      message: `the class lockdown was loaded instead: ${problem}`,
+    });
   } catch (error) {
     throw new EgressguardError(
       'apply-failed',

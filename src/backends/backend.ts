@@ -34,6 +34,11 @@ export interface Backend {
   readonly classifyCommand?: (argv: readonly string[], input?: string) => CommandClass | undefined;
   /** Versions of its tools on the host (recorded in facts and evidence). */
   readonly readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
+  /**
+   * The host's interfaces, read live with its OS's tools: where boot looks for a tunnel found by
+   * `match` before it loads a generation bound to an interface that may have moved.
+   */
+  readonly readInterfaces?: (runner: Runner) => Promise<HostFacts['interfaces']>;
   createCompiler(): Compiler;
   createApplier(context: BackendContext): Applier;
   createInspector(context: BackendContext): Inspector;
@@ -218,12 +223,49 @@ export interface LiveState {
   /** Live parts we own that are not desired. */
   readonly unexpected: readonly LiveProblem[];
   readonly collisions: readonly string[];
-  readonly tunnels: readonly { readonly name: string; readonly state: 'up' | 'down' | 'absent' }[];
+  readonly tunnels: readonly LiveTunnel[];
+}
+
+/**
+ * A tunnel as an apply bound it: the interface its classes were compiled for, and how the policy
+ * finds it. Recorded with the generation: boot re-resolves a tunnel found by `match` before it
+ * loads the generation, and the inspector reports whether the tunnel is still there.
+ */
+export interface BoundTunnel {
+  /** The policy's name for it. */
+  readonly declared: string;
+  /** The interface the generation names (one no interface had, while the tunnel was absent). */
+  readonly interface: string;
+  /** Its own address or point-to-point peer (`match`); null: found by its name. */
+  readonly match: { readonly address: string | null; readonly peer: string | null } | null;
+}
+
+/** A tunnel the live state sends classes into, as the host has it now. */
+export interface LiveTunnel {
+  /** The interface the live state names. */
+  readonly name: string;
+  readonly state: 'up' | 'down' | 'absent';
+  /** The policy's name for it, when the backend was told (BoundTunnel). */
+  readonly declared?: string;
+  /** Its addresses and point-to-point peer now, when the backend reads them. */
+  readonly addresses?: readonly string[];
+  readonly peer?: string;
+  /**
+   * For a tunnel found by `match`: the interface that matches now (null: none). When it is not
+   * `name`, the tunnel moved (a renumbered utun): the live state still names where it was.
+   */
+  readonly matchesNow?: string | null;
 }
 
 /** Reads live state back. */
 export interface Inspector {
-  read(expected: readonly Artifact[] | undefined): Promise<LiveState>;
+  read(
+    expected: readonly Artifact[] | undefined,
+    context?: {
+      /** The tunnels the expected artifacts were bound to, as the generation recorded them. */
+      readonly tunnels?: readonly BoundTunnel[];
+    },
+  ): Promise<LiveState>;
 }
 
 /** Something changed that may undo an apply. */

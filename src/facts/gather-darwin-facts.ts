@@ -31,18 +31,8 @@ export async function gatherDarwinFacts(
     readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
   } = {},
 ): Promise<HostFacts> {
-  const dir = process.env[MACOS_TOOLS_ENV];
-  if (process.platform !== 'darwin' && (dir === undefined || dir === '')) {
-    throw new EgressguardError(
-      'unsupported',
-      `Cannot gather macOS facts on ${process.platform}: ifconfig, netstat and route here are not macOS's`,
-      {
-        hint: `give --facts FILE, or set ${MACOS_TOOLS_ENV} to a directory of macOS tool models (docs/macos.md)`,
-      },
-    );
-  }
-  const tool = (name: keyof typeof TOOLS): string =>
-    dir === undefined || dir === '' ? TOOLS[name] : join(dir, name);
+  requireMacosTools();
+  const tool = (name: keyof typeof TOOLS): string => toolPath(name);
   const [ifconfig, netstat, route, swVers, uname, versions] = await Promise.all([
     runner.run([tool('ifconfig')], { effect: 'read' }),
     runner.run([tool('netstat'), '-rn', '-f', 'inet'], { effect: 'read' }),
@@ -54,16 +44,7 @@ export async function gatherDarwinFacts(
       ? {}
       : options.readVersions(runner).catch(() => ({})),
   ]);
-  let interfaces;
-  try {
-    interfaces = parseIfconfig(ifconfig.stdout);
-  } catch (error) {
-    throw new EgressguardError(
-      'facts',
-      `Cannot read the interfaces "ifconfig" printed: ${(error as Error).message}`,
-      { hint: 'give --facts FILE, and report the ifconfig output' },
-    );
-  }
+  const interfaces = readIfconfig(ifconfig.stdout);
   const primary = route.exitCode === 0 ? parseRouteGet(route.stdout) : null;
   const routes = parseNetstatRoutes(netstat.stdout).filter(
     (r) => !/[HIWmb]/.test(r.flags) && !r.destination.endsWith('/32'),
@@ -91,13 +72,7 @@ export async function gatherDarwinFacts(
       ...(kernel === '' ? {} : { kernel }),
       tools,
       labels: { ...options.labels },
-      interfaces: interfaces.map((i) => ({
-        name: i.name,
-        up: i.flags.includes('UP'),
-        addresses: [...i.addresses],
-        // A tunnel class can find its utun by this peer (`match: { peer }`): utun numbers move.
-        ...(i.peer === null ? {} : { peer: i.peer }),
-      })),
+      interfaces,
       routes: [...defaults, ...routes.filter((r) => r.destination !== 'default')].map((r) => ({
         destination: r.destination,
         interface: r.interface,
@@ -106,6 +81,54 @@ export async function gatherDarwinFacts(
     },
     'the live host',
   );
+}
+
+/**
+ * The interfaces of a macOS host alone (`ifconfig`): what the tunnels found by `match` are read
+ * from at every re-converge and boot, and what pf's inspector reports of a tunnel.
+ */
+export async function gatherDarwinInterfaces(runner: Runner): Promise<HostFacts['interfaces']> {
+  requireMacosTools();
+  const ifconfig = await runner.run([toolPath('ifconfig')], { effect: 'read' });
+  return readIfconfig(ifconfig.stdout);
+}
+
+function toolPath(name: keyof typeof TOOLS): string {
+  const dir = process.env[MACOS_TOOLS_ENV];
+  return dir === undefined || dir === '' ? TOOLS[name] : join(dir, name);
+}
+
+function requireMacosTools(): void {
+  const dir = process.env[MACOS_TOOLS_ENV];
+  if (process.platform !== 'darwin' && (dir === undefined || dir === '')) {
+    throw new EgressguardError(
+      'unsupported',
+      `Cannot gather macOS facts on ${process.platform}: ifconfig, netstat and route here are not macOS's`,
+      {
+        hint: `give --facts FILE, or set ${MACOS_TOOLS_ENV} to a directory of macOS tool models (docs/macos.md)`,
+      },
+    );
+  }
+}
+
+function readIfconfig(text: string): HostFacts['interfaces'] {
+  let interfaces;
+  try {
+    interfaces = parseIfconfig(text);
+  } catch (error) {
+    throw new EgressguardError(
+      'facts',
+      `Cannot read the interfaces "ifconfig" printed: ${(error as Error).message}`,
+      { hint: 'give --facts FILE, and report the ifconfig output' },
+    );
+  }
+  return interfaces.map((i) => ({
+    name: i.name,
+    up: i.flags.includes('UP'),
+    addresses: [...i.addresses],
+    // A tunnel class can find its utun by this peer (`match: { peer }`): utun numbers move.
+    ...(i.peer === null ? {} : { peer: i.peer }),
+  }));
 }
 
 /** `sw_vers` (sw_vers(1)): `ProductName:`, `ProductVersion:`, `BuildVersion:` lines. */

@@ -2,7 +2,7 @@ import { hostname, release } from 'node:os';
 import { readFileSync } from 'node:fs';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
-import { gatherDarwinFacts } from './gather-darwin-facts.js';
+import { gatherDarwinFacts, gatherDarwinInterfaces } from './gather-darwin-facts.js';
 import { parseHostFacts, type HostFacts } from './host-facts.js';
 import { hostOs } from './host-os.js';
 
@@ -100,6 +100,18 @@ export async function gatherFacts(
     },
     'the live host',
   );
+}
+
+/**
+ * The interfaces alone of a host of `os`, read live: what a tunnel found by `match` is looked
+ * up in (macOS: `ifconfig` only, none of the route listings).
+ */
+export async function gatherInterfaces(
+  runner: Runner,
+  options: { readonly os: HostFacts['os'] },
+): Promise<HostFacts['interfaces']> {
+  if (options.os === 'darwin') return gatherDarwinInterfaces(runner);
+  return (await gatherFacts(runner, { os: options.os, tools: false })).interfaces;
 }
 
 function readHostname(): string {

@@ -4,7 +4,7 @@ import {
   type ApplyInput,
   type ApplyReport,
 } from '../apply/index.js';
-import type { PlanResult } from '../backends/index.js';
+import type { BoundTunnel, PlanResult } from '../backends/index.js';
 import { hostContext, type HostTarget } from './host-target.js';
 import type { Prepared } from './prepare-policy.js';
 
@@ -19,8 +19,21 @@ export function applyPrepared(
     policy: prepared.policy.name,
     hash: prepared.hash,
     artifacts: prepared.artifacts,
+    tunnels: boundTunnels(prepared),
     ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
     ...extra,
+  });
+}
+
+/** Each tunnel as this prepare bound it, with the policy's `match` for it (kept by the generation). */
+function boundTunnels(prepared: Pick<Prepared, 'ir' | 'independent'>): BoundTunnel[] {
+  return prepared.ir.tunnels.map((t) => {
+    const match = prepared.independent.tunnelMatches[t.declared];
+    return {
+      declared: t.declared,
+      interface: t.name,
+      match: match === undefined ? null : { address: match.address, peer: match.peer },
+    };
   });
 }
 

@@ -10,10 +10,12 @@ import {
 import { VERSION } from '../core/index.js';
 import {
   gatherFacts,
+  gatherInterfaces,
   keepAbsentTunnels,
   labelsFile,
   readHostFacts,
   readHostLabels,
+  refreshTunnels,
   type HostFacts,
 } from '../facts/index.js';
 import {
@@ -49,6 +51,12 @@ export interface PrepareInput {
   readonly policy: string | Policy;
   /** Facts: a file, or facts already read; absent: read from the live target. */
   readonly facts?: string | HostFacts | undefined;
+  /**
+   * With facts given: the tunnels found by `match` are read from the live target instead
+   * (refreshTunnels), the rest from the facts. What the re-converge runs with: a reviewed file
+   * cannot follow a utun renumbered on every VPN reconnect.
+   */
+  readonly liveTunnels?: boolean;
   /** Called with a warning a person should see (a class this host's labels leave out). */
   readonly warn?: (message: string) => void;
   /**
@@ -68,12 +76,24 @@ export async function preparePolicy(target: HostTarget, input: PrepareInput): Pr
   gathering?.catch(() => undefined); // awaited below; never an unhandled rejection meanwhile
   const policy =
     typeof input.policy === 'string' ? requirePolicy(input.policy).policy : input.policy;
-  const read =
+  const given =
     gathering !== undefined
       ? await gathering
       : typeof input.facts === 'string'
         ? readHostFacts(input.facts)
         : (input.facts as HostFacts);
+  // Only `ifconfig` (or `ip addr`) is trusted live: one parser, and a misread tunnel is an absent
+  // one, whose class is dropped (fail closed). The uplink and routes stay as reviewed.
+  const read =
+    gathering === undefined &&
+    input.liveTunnels === true &&
+    Object.keys(policy.tunnelMatches).length > 0
+      ? refreshTunnels(
+          given,
+          await gatherInterfaces(target.runner, { os: given.os }),
+          policy.tunnelMatches,
+        )
+      : given;
   const facts = keepAbsentTunnels(read, input.previous, policy.tunnels);
   return prepareForFacts(target, {
     policy,

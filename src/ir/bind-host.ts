@@ -1,12 +1,16 @@
 import {
   AddressSet,
   EgressguardError,
-  parseAddress,
   parsePrefix,
   type Family,
   type Prefix,
 } from '../core/index.js';
-import { resolveUplink, type HostFacts } from '../facts/index.js';
+import {
+  describeTunnelMatch,
+  matchesTunnel,
+  resolveUplink,
+  type HostFacts,
+} from '../facts/index.js';
 import { matchesInterface, type Policy } from '../policy/index.js';
 import { deepFreeze } from './deep-freeze.js';
 import { lowerPolicy } from './lower-policy.js';
@@ -208,7 +212,10 @@ const ABSENT_TUNNEL = 'eg-absent';
  * absent). Two matching interfaces are a `facts` error: which one carries the class is not for
  * egressguard to guess.
  */
-export function resolveTunnels(ir: PolicyIR, facts: HostFacts): Map<string, string> {
+export function resolveTunnels(
+  ir: Pick<PolicyIR, 'tunnels' | 'tunnelMatches'>,
+  facts: Pick<HostFacts, 'interfaces' | 'hostname'>,
+): Map<string, string> {
   const out = new Map<string, string>();
   const taken = new Set(facts.interfaces.map((i) => i.name));
   ir.tunnels.forEach((declared, index) => {
@@ -217,16 +224,11 @@ export function resolveTunnels(ir: PolicyIR, facts: HostFacts): Map<string, stri
       out.set(declared, declared);
       return;
     }
-    const found = facts.interfaces.filter(
-      (i) =>
-        (match.address !== null &&
-          i.addresses.some((a) => sameAddress(a.split('/')[0] ?? '', match.address as string))) ||
-        (match.peer !== null && i.peer !== undefined && sameAddress(i.peer, match.peer)),
-    );
+    const found = facts.interfaces.filter((i) => matchesTunnel(match, i));
     if (found.length > 1) {
       throw new EgressguardError(
         'facts',
-        `Cannot identify tunnel "${declared}" on host "${facts.hostname}": interfaces ${found.map((i) => `"${i.name}"`).join(' and ')} both match ${describeMatch(match)}`,
+        `Cannot identify tunnel "${declared}" on host "${facts.hostname}": interfaces ${found.map((i) => `"${i.name}"`).join(' and ')} both match ${describeTunnelMatch(match)}`,
         {
           hint: 'match the tunnel by an address only one interface has (its own address, or its peer)',
         },
@@ -237,21 +239,6 @@ export function resolveTunnels(ir: PolicyIR, facts: HostFacts): Map<string, stri
     else out.set(declared, taken.has(declared) ? `${ABSENT_TUNNEL}${index}` : declared);
   });
   return out;
-}
-
-function describeMatch(match: { address: string | null; peer: string | null }): string {
-  return [
-    match.address === null ? null : `address ${match.address}`,
-    match.peer === null ? null : `peer ${match.peer}`,
-  ]
-    .filter((p) => p !== null)
-    .join(' or ');
-}
-
-function sameAddress(a: string, b: string): boolean {
-  const x = parseAddress(a);
-  const y = parseAddress(b);
-  return x !== undefined && y !== undefined && x.family === y.family && x.value === y.value;
 }
 
 /** Whether a class applies on this host: every label it asks for is in the host's facts. */

@@ -29,7 +29,13 @@ export {
 } from './nodes.js';
 export { matchesInterface } from '../policy/index.js';
 export { lowerPolicy, REASSEMBLY_ID } from './lower-policy.js';
-export { bindHost, classesNotOnHost, isClassOnHost, lowerForHost } from './bind-host.js';
+export {
+  bindHost,
+  classesNotOnHost,
+  isClassOnHost,
+  lowerForHost,
+  resolveTunnels,
+} from './bind-host.js';
 export {
   createHostView,
   evaluatePacket,

@@ -169,6 +169,29 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     expect(status.json).toMatchObject({ condition: 'InSync', liveHash: pending.json['hash'] });
   }, 600_000);
 
+  it('a failed apply (the re-converge) is reported by status until an apply goes in', async () => {
+    const first = await cli(['apply', ...policy]);
+    expect(first.exitCode, first.stderr).toBe(0);
+    const missing = join(dir, 'no-such-facts.json');
+    const failed = await cli(['apply', join(CASE, 'policy.yaml'), '--facts', missing]);
+    expect(failed.exitCode).not.toBe(0);
+    const status = await cli(['status']);
+    // Live state is still the applied generation, but the last apply did not go in: exit 3.
+    expect(status.exitCode).toBe(3);
+    expect(status.json).toMatchObject({
+      condition: 'InSync',
+      failure: { operation: 'apply', code: expect.any(String) as unknown },
+    });
+    expect((status.json['failure'] as { message: string }).message).toContain(missing);
+    // The next re-converge, a no-op (nothing changed on the host), clears it.
+    const again = await cli(['apply', ...policy]);
+    expect(again.exitCode, again.stderr).toBe(0);
+    expect(again.json).toMatchObject({ changed: false });
+    const cleared = await cli(['status']);
+    expect(cleared.exitCode).toBe(0);
+    expect(cleared.json).toMatchObject({ condition: 'InSync', failure: null });
+  }, 600_000);
+
   it('--pf-attach reaches the pf backend from the command line: plan shows the stanza, a bad mode is refused', async () => {
     const conf = join(dir, 'legacy-pf.conf');
     const legacy = readFileSync(

@@ -1,9 +1,17 @@
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { readStatus, restoreGeneration } from '../../src/apply/index.js';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { pfBackend } from '../../src/backends/pf/index.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
-import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
-import { applyPrepared, prepareForFacts, requirePolicy } from '../../src/host/index.js';
+import { MACOS_TOOLS_ENV, readHostFacts, type HostFacts } from '../../src/facts/index.js';
+import {
+  applyPrepared,
+  hostContext,
+  prepareForFacts,
+  preparePolicy,
+  requirePolicy,
+} from '../../src/host/index.js';
 import { createPfModelHost, modelInterfaces, type PfModelHost } from './support.js';
 
 // A tunnel class on pf across a utun renumbering (DESIGN.md §4, pf: "utun names renumber on
@@ -17,7 +25,12 @@ const UTUN = FACTS.interfaces.find((i) => i.name === 'utun3');
 if (UTUN === undefined) throw new Error('no utun3 in the facts');
 
 const hosts: PfModelHost[] = [];
+beforeEach(() => {
+  // `ifconfig` is the macOS host model's (the in-process runner runs it by name).
+  vi.stubEnv(MACOS_TOOLS_ENV, '/models/pfctl-model');
+});
 afterEach(() => {
+  vi.unstubAllEnvs();
   for (const h of hosts.splice(0)) h.cleanup();
 });
 
@@ -57,6 +70,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
   it('routes into the utun that matches the peer, before and after renumbering', async () => {
     const h = createPfModelHost({
       model: createMacosPfHost({ interfaces: modelInterfaces(FACTS) }),
+      hostFacts: FACTS,
     });
     hosts.push(h);
     const first = prepareForFacts(h.target, { policy: POLICY, facts: FACTS });
@@ -64,9 +78,9 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun3', source: '10.8.0.2' });
 
     // The VPN reconnects as utun5; utun3 goes to another VPN with another peer.
-    h.model.setInterface('utun3', null);
-    h.model.setInterface('utun5', [...UTUN.addresses]);
-    h.model.setInterface('utun3', ['172.31.0.2/32']);
+    h.setInterface('utun3', null);
+    h.setInterface('utun5', { up: true, addresses: [...UTUN.addresses], peer: '10.8.0.1' });
+    h.setInterface('utun3', { up: true, addresses: ['172.31.0.2/32'], peer: '172.31.0.1' });
     // The anchor of before still names utun3: the class would go into the other VPN. This is
     // what re-resolving at re-arm is for.
     expect(vmToInternet(h).egress).toBe('utun3');
@@ -95,11 +109,12 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
   it('drops the class while no utun matches, and follows the tunnel when it comes back', async () => {
     const h = createPfModelHost({
       model: createMacosPfHost({ interfaces: modelInterfaces(FACTS) }),
+      hostFacts: FACTS,
     });
     hosts.push(h);
     await applyPrepared(h.target, prepareForFacts(h.target, { policy: POLICY, facts: FACTS }));
     // The VPN disconnects: its utun is destroyed.
-    h.model.setInterface('utun3', null);
+    h.setInterface('utun3', null);
     expect(vmToInternet(h)).toEqual({ verdict: 'block', egress: null, source: null });
     const down: HostFacts = {
       ...FACTS,
@@ -108,7 +123,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     await applyPrepared(h.target, prepareForFacts(h.target, { policy: POLICY, facts: down }));
     expect(vmToInternet(h).verdict).toBe('block');
     // It reconnects as utun4.
-    h.model.setInterface('utun4', [...UTUN.addresses]);
+    h.setInterface('utun4', { up: true, addresses: [...UTUN.addresses], peer: '10.8.0.1' });
     const back: HostFacts = {
       ...down,
       interfaces: [...down.interfaces, { ...UTUN, name: 'utun4' }],
@@ -159,5 +174,176 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     const report = await applyPrepared(h.target, rearmed);
     expect(report.changed).toBe(true);
     expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
+  });
+});
+
+// The boot restore and the per-minute re-converge of the LaunchDaemons (pf-units.ts): the
+// re-converge runs `apply POLICY --facts facts.json --live-tunnels`, the reviewed facts with the
+// tunnels read from `ifconfig` (here the macOS host model, kept in step with the pfctl model).
+describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
+  const FACTS_FILE = join(CASE, 'facts.json');
+  const POLICY_FILE = join(CASE, 'policy.yaml');
+  const UTUN_NOW = { up: true, addresses: [...UTUN.addresses], peer: '10.8.0.1' };
+  const OTHER_VPN = { up: true, addresses: ['172.31.0.2/32'], peer: '172.31.0.1' };
+
+  function vpnHost(): PfModelHost {
+    const h = createPfModelHost({
+      model: createMacosPfHost({ interfaces: modelInterfaces(FACTS) }),
+      hostFacts: FACTS,
+    });
+    hosts.push(h);
+    return h;
+  }
+
+  /** What the re-converge LaunchDaemon runs (apply POLICY --facts FILE --live-tunnels). */
+  async function reconverge(h: PfModelHost, liveTunnels = true) {
+    const prepared = await preparePolicy(h.target, {
+      policy: POLICY_FILE,
+      facts: FACTS_FILE,
+      liveTunnels,
+    });
+    return { prepared, report: await applyPrepared(h.target, prepared) };
+  }
+
+  function renumber(h: PfModelHost): void {
+    // The VPN reconnects as utun5; utun3 goes to another VPN with another peer.
+    h.setInterface('utun3', null);
+    h.setInterface('utun5', UTUN_NOW);
+    h.setInterface('utun3', OTHER_VPN);
+  }
+
+  it('the re-converge follows the utun from live ifconfig; status says where the tunnel went', async () => {
+    const h = vpnHost();
+    const context = hostContext(h.target, pfBackend);
+    const first = await reconverge(h);
+    expect(first.report.generation.tunnels).toEqual([
+      { declared: 'vpn', interface: 'utun3', match: { address: null, peer: '10.8.0.1' } },
+    ]);
+    renumber(h);
+    expect(vmToInternet(h).egress).toBe('utun3'); // into the other VPN, until the re-converge
+
+    const moved = await readStatus(context);
+    expect(moved.condition).toBe('Drifted');
+    expect(moved.reasons).toContain(
+      'tunnel vpn is on "utun5" now, but the live state names "utun3"',
+    );
+    expect(moved.live.tunnels).toEqual([
+      {
+        name: 'utun3',
+        state: 'up',
+        declared: 'vpn',
+        addresses: ['172.31.0.2/32'],
+        peer: '172.31.0.1',
+        matchesNow: 'utun5',
+      },
+    ]);
+
+    // The reviewed facts alone still say utun3: nothing changes (what the daemon did before).
+    expect((await reconverge(h, false)).report.changed).toBe(false);
+    const second = await reconverge(h);
+    expect(second.report.changed).toBe(true);
+    const anchor = second.prepared.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
+    expect(anchor).toContain('route-to (utun5');
+    expect(anchor).not.toContain('utun3');
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
+    const status = await readStatus(context);
+    expect(status.condition, status.reasons.join('; ')).toBe('InSync');
+    expect(status.live.tunnels).toEqual([
+      {
+        name: 'utun5',
+        state: 'up',
+        declared: 'vpn',
+        addresses: UTUN.addresses,
+        peer: '10.8.0.1',
+        matchesNow: 'utun5',
+      },
+    ]);
+  });
+
+  it('a tunnel that is down is reported absent, not moved: the kill switch holds', async () => {
+    const h = vpnHost();
+    await reconverge(h);
+    h.setInterface('utun3', null);
+    const status = await readStatus(hostContext(h.target, pfBackend));
+    expect(status.condition, status.reasons.join('; ')).toBe('InSync');
+    expect(status.live.tunnels).toEqual([
+      { name: 'utun3', state: 'absent', declared: 'vpn', matchesNow: null },
+    ]);
+  });
+
+  it('boot loads the lockdown when the utun moved, says so in status, and the re-converge brings the new one', async () => {
+    const h = vpnHost();
+    const context = hostContext(h.target, pfBackend);
+    const first = await reconverge(h);
+    // Reboot; the VPN comes back as utun5 and utun3 is another VPN's. The anchor of before
+    // would load (utun3 exists) and route the class into the other VPN.
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    renumber(h);
+
+    const outcome = await restoreGeneration(context);
+    const reason = `Cannot load generation ${first.report.generation.number}: tunnel "vpn" (peer 10.8.0.1) was "utun3" when it was applied, and is "utun5" now`;
+    expect(outcome).toEqual({ kind: 'lockdown', reason });
+    expect(vmToInternet(h).verdict).toBe('block');
+    const down = await readStatus(context);
+    expect(down.condition).toBe('Drifted');
+    expect(down.failure).toMatchObject({
+      operation: 'restore',
+      message: `the class lockdown was loaded instead: ${reason}`,
+    });
+    expect(down.reasons.at(-1)).toMatch(
+      /^the last restore \(\d{4}-.+\): the class lockdown was loaded instead: Cannot load generation/,
+    );
+
+    await reconverge(h);
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
+    const status = await readStatus(context);
+    expect(status.condition, status.reasons.join('; ')).toBe('InSync');
+    expect(status.failure).toBeNull();
+  });
+
+  it('boot loads the lockdown while the utun it names is gone (real pfctl refuses such an anchor)', async () => {
+    const h = vpnHost();
+    await reconverge(h);
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    h.setInterface('utun3', null); // the VPN is not up yet
+    const outcome = await restoreGeneration(hostContext(h.target, pfBackend));
+    expect(outcome).toMatchObject({
+      kind: 'lockdown',
+      reason: expect.stringMatching(
+        /tunnel "vpn" \(peer 10\.8\.0\.1\) was "utun3" when it was applied, and matches no interface now$/,
+      ) as unknown,
+    });
+    expect(vmToInternet(h).verdict).toBe('block');
+  });
+
+  it('boot loads the generation when the utun is where it was', async () => {
+    const h = vpnHost();
+    const first = await reconverge(h);
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    const context = hostContext(h.target, pfBackend);
+    expect(await restoreGeneration(context)).toMatchObject({
+      kind: 'restored',
+      generation: first.report.generation.number,
+    });
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun3', source: '10.8.0.2' });
+    expect((await readStatus(context)).failure).toBeNull();
+  });
+
+  it('a generation pfctl refuses at boot: the lockdown, and status says why', async () => {
+    const h = vpnHost();
+    await reconverge(h);
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    h.faults.set('before-pf-load', 'fail'); // the generation's load fails; the lockdown's does not
+    const context = hostContext(h.target, pfBackend);
+    const outcome = await restoreGeneration(context);
+    expect(outcome).toMatchObject({ kind: 'lockdown' });
+    const status = await readStatus(context);
+    expect(status.failure?.message).toMatch(
+      /^the class lockdown was loaded instead: Cannot load generation \d+: Fault injected at "before-pf-load"$/,
+    );
   });
 });

@@ -4,6 +4,10 @@ import { join } from 'node:path';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { createPfctlModelRunner } from '../../src/backends/pf/pfctl-model-runner.js';
 import {
+  createMacosHostModel,
+  type MacosHostModel,
+} from '../../src/backends/pf/macos-host-model.js';
+import {
   createMacosModelState,
   type MacosModelState,
 } from '../../src/backends/pf/macos-model-shim.js';
@@ -37,6 +41,14 @@ export interface PfModelHost {
   readonly tokenFile: string;
   /** How many model log entries the boot wrote (what the system ran, not egressguard). */
   readonly bootCalls: number;
+  /**
+   * An interface appears, changes or goes (null), for pf (the pfctl model) and for `ifconfig`
+   * (the macOS host model) at once: a VPN reconnecting as another utun, say.
+   */
+  setInterface(
+    name: string,
+    iface: Omit<MacosHostModel['interfaces'][number], 'name'> | null,
+  ): void;
   prepare(policy?: string): Prepared;
   cleanup(): void;
 }
@@ -52,6 +64,8 @@ export function createPfModelHost(
     files?: Record<string, string>;
     /** Backend options beyond the token file (`pfAttach`, `pfConf`). */
     backendOptions?: Record<string, string>;
+    /** The host `ifconfig` and the other tools print (the macOS host model); absent: none. */
+    hostFacts?: HostFacts;
   } = {},
 ): PfModelHost {
   const dir = mkdtempSync(join(tmpdir(), 'eg-pf-model-'));
@@ -63,7 +77,9 @@ export function createPfModelHost(
       ...(options.files === undefined ? {} : { files: options.files }),
     });
   const faults = new Faults();
-  const macos = createMacosModelState();
+  const macos = createMacosModelState(
+    options.hostFacts === undefined ? undefined : createMacosHostModel(options.hostFacts),
+  );
   const runner = createPfctlModelRunner(model, { faults, macos });
   const tokenFile = join(dir, 'pf-token.json');
   const target: HostTarget = {
@@ -83,6 +99,17 @@ export function createPfModelHost(
     target,
     tokenFile,
     bootCalls: model.state.log.length,
+    setInterface(name, iface) {
+      model.setInterface(name, iface === null ? null : [...iface.addresses]);
+      const host = macos.host;
+      if (host === undefined) return;
+      const others = host.interfaces.filter((i) => i.name !== name);
+      // The model state is plain data the runner reads at each call; its types are read-only.
+      (macos as { host?: MacosHostModel }).host = {
+        ...host,
+        interfaces: iface === null ? others : [...others, { name, ...iface }],
+      };
+    },
     prepare(policy = join(RUNNER_CASE, 'policy.yaml')) {
       return prepareForFacts(target, { policy: requirePolicy(policy).policy, facts: FACTS });
     },

@@ -1,3 +1,4 @@
+import { gatherInterfaces } from '../../facts/index.js';
 import type { Backend } from '../backend.js';
 import { classifyLaunchctlCommand, createLaunchdConfirmTimer } from './launchd-confirm-timer.js';
 import { createPfApplier } from './pf-applier.js';
@@ -36,6 +37,7 @@ export const pfBackend: Backend = {
     return `pf anchor "${parsed.anchor}" and the pf enable reference recorded in "${parsed.tokenFile}"`;
   },
   classifyCommand: (argv) => classifyPfctlCommand(argv) ?? classifyLaunchctlCommand(argv),
+  readInterfaces: (runner) => gatherInterfaces(runner, { os: 'darwin' }),
   createCompiler: createPfCompiler,
   createApplier(context) {
     const options = parsePfOptions(context.options);
@@ -43,7 +45,9 @@ export const pfBackend: Backend = {
   },
   createInspector(context) {
     const options = parsePfOptions(context.options);
-    return createPfInspector(createPfctl(context.runner, options), options);
+    return createPfInspector(createPfctl(context.runner, options), options, () =>
+      gatherInterfaces(context.runner, { os: 'darwin' }),
+    );
   },
   doctor: pfDoctor,
   units: pfUnits,

@@ -1,7 +1,16 @@
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { EgressguardError } from '../../core/index.js';
-import type { Artifact, Inspector, LiveCounter, LiveProblem, LiveState } from '../backend.js';
+import { matchesTunnel, type HostFacts } from '../../facts/index.js';
+import type {
+  Artifact,
+  BoundTunnel,
+  Inspector,
+  LiveCounter,
+  LiveProblem,
+  LiveState,
+  LiveTunnel,
+} from '../backend.js';
 import { loadPfConfText } from './expand-pf-rules.js';
 import { formatPrefix } from './format-pf-rule.js';
 import { ANCHOR_ARTIFACT, HASH_LABEL_PREFIXES, SOURCE_TABLE_PREFIX } from './pf-compiler.js';
@@ -26,6 +35,8 @@ export interface DesiredAnchor {
   readonly tables: ReadonlyMap<string, readonly string[]>;
   /** The class source tables' entries: whose states a change kills. */
   readonly sourcePrefixes: readonly string[];
+  /** The interfaces `route-to` sends into (the tunnel classes' tunnels), sorted. */
+  readonly routeTo: readonly string[];
 }
 
 export function anchorText(artifacts: readonly Artifact[]): string {
@@ -50,9 +61,13 @@ export function readDesiredAnchor(text: string, anchor: string): DesiredAnchor {
     );
   }
   const filterLabels = new Map<string, number>();
+  const routeTo = new Set<string>();
   for (const rule of loaded.load.rulesets.filter) {
     const label = rule.label ?? '';
     filterLabels.set(label, (filterLabels.get(label) ?? 0) + 1);
+    if (rule.kind === 'filter' && rule.route?.kind === 'route-to') {
+      for (const target of rule.route.targets) routeTo.add(target.interface);
+    }
   }
   const tables = new Map<string, string[]>();
   const sourcePrefixes: string[] = [];
@@ -67,6 +82,7 @@ export function readDesiredAnchor(text: string, anchor: string): DesiredAnchor {
     scrubRules: loaded.load.rulesets.scrub.length,
     tables,
     sourcePrefixes,
+    routeTo: [...routeTo].sort(),
   };
 }
 
@@ -108,11 +124,16 @@ export async function readLiveAnchor(pfctl: Pfctl, anchor: string): Promise<Live
 /**
  * Reads our anchor back by labels (`-vsr`, `-sn`, `-T show`), checks it is consulted (reachable
  * from the main ruleset through `anchor`/`nat-anchor` points, pf enabled, our own `-E` reference
- * held) and lists siblings evaluated before ours that pass quick (DESIGN.md §4, pf).
+ * held), lists siblings evaluated before ours that pass quick (DESIGN.md §4, pf), and reports
+ * the tunnel classes' tunnels as `ifconfig` (`readInterfaces`) shows them.
  */
-export function createPfInspector(pfctl: Pfctl, options: PfOptions): Inspector {
+export function createPfInspector(
+  pfctl: Pfctl,
+  options: PfOptions,
+  readInterfaces: () => Promise<HostFacts['interfaces']>,
+): Inspector {
   return {
-    async read(expected) {
+    async read(expected, context) {
       const live = await readLiveAnchor(pfctl, options.anchor);
       const missing: LiveProblem[] = [];
       const unexpected: LiveProblem[] = [];
@@ -211,10 +232,47 @@ export function createPfInspector(pfctl: Pfctl, options: PfOptions): Inspector {
         missing,
         unexpected,
         collisions,
-        tunnels: [],
+        tunnels: await readTunnels(
+          context?.tunnels ?? bindingsOf(desired?.routeTo ?? []),
+          readInterfaces,
+        ),
       } satisfies LiveState;
     },
   };
+}
+
+/** Without the generation's record of its tunnels (an older one): the anchor's route-to targets. */
+function bindingsOf(routeTo: readonly string[]): BoundTunnel[] {
+  return routeTo.map((name) => ({ declared: name, interface: name, match: null }));
+}
+
+/**
+ * Each tunnel as the host has it now: absent when `ifconfig` does not list it, up with the UP
+ * flag; for one found by `match`, the interface that matches now (a renumbered utun is found
+ * elsewhere, and the anchor still routes into the old number). Nothing is run without tunnels.
+ */
+async function readTunnels(
+  bound: readonly BoundTunnel[],
+  readInterfaces: () => Promise<HostFacts['interfaces']>,
+): Promise<LiveTunnel[]> {
+  if (bound.length === 0) return [];
+  const interfaces = await readInterfaces();
+  return bound.map((tunnel): LiveTunnel => {
+    const iface = interfaces.find((i) => i.name === tunnel.interface);
+    const { match } = tunnel;
+    const matching = match === null ? [] : interfaces.filter((i) => matchesTunnel(match, i));
+    return {
+      name: tunnel.interface,
+      state: iface === undefined ? 'absent' : iface.up ? 'up' : 'down',
+      declared: tunnel.declared,
+      ...(iface === undefined ? {} : { addresses: [...iface.addresses] }),
+      ...(iface?.peer === undefined ? {} : { peer: iface.peer }),
+      // Two interfaces matching is no interface the tunnel can be said to be on.
+      ...(match === null
+        ? {}
+        : { matchesNow: matching.length === 1 ? (matching[0]?.name ?? null) : null }),
+    };
+  });
 }
 
 /**

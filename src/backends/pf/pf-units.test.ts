@@ -23,6 +23,8 @@ describe('pf LaunchDaemons', () => {
     expect(reconverge).toMatch(/<key>StartInterval<\/key>\s*<integer>60<\/integer>/);
     expect(reconverge).toContain('<string>/etc/egressguard/policy.yaml</string>');
     expect(reconverge).toContain('<string>/etc/egressguard/facts.json</string>');
+    // A utun renumbered by a VPN reconnect is found anew at every re-converge.
+    expect(reconverge).toContain('<string>--live-tunnels</string>');
   });
 
   it('renders only the boot restore without a policy', () => {

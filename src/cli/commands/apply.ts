@@ -1,7 +1,8 @@
 import { Option, type Command } from 'commander';
 import { describeLiveProblem, registry } from '../../backends/index.js';
-import { EgressguardError, packagePath } from '../../core/index.js';
-import { applyPrepared, preparePolicy } from '../../host/index.js';
+import { recordFailure } from '../../apply/index.js';
+import { EgressguardError, isEgressguardError, packagePath } from '../../core/index.js';
+import { applyPrepared, preparePolicy, type HostTarget } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { paint, printJson, printLine } from '../output.js';
@@ -47,6 +48,10 @@ export function registerApply(program: Command, ctx: CommandContext): void {
       .argument('<policy>', 'policy file (YAML)')
       .option('--facts <file>', 'host facts instead of reading the live host')
       .option(
+        '--live-tunnels',
+        'with --facts: read the tunnels found by `match` from the live host, the rest from the file (a utun is renumbered on every VPN reconnect)',
+      )
+      .option(
         '--confirm-within <duration>',
         'revert to the previous generation unless `egressguard confirm` runs in time (e.g. 60s)',
       )
@@ -70,6 +75,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         file: string,
         opts: TargetOptions & {
           facts?: string;
+          liveTunnels?: boolean;
           json?: boolean;
           confirmWithin?: string;
           force?: boolean;
@@ -81,77 +87,115 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           opts.confirmWithin === undefined ? undefined : parseDuration(opts.confirmWithin);
         const lockWaitMs = parseDuration(opts.lockTimeout, 0) * 1000;
         const target = targetOf(opts);
-        const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
-        // The revert must act on the same target: the same backend and its options.
-        const passthrough = [
-          ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
-          ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
-          '--target',
-          prepared.backend.name,
-          ...prepared.backend.options.flatMap((o) => {
-            const value = target.options[o.key];
-            return value === undefined ? [] : [o.flag.split(' ')[0] ?? '', value];
-          }),
-        ];
-        // The confirm timer goes in with the apply: it must be set before the firewall commit.
-        const report = await applyPrepared(target, prepared, {
-          lockWaitMs,
-          onLockWait: (message) => {
-            warn(`${message}; waiting up to ${opts.lockTimeout}`);
-          },
-          ...(opts.force === true ? { force: true } : {}),
-          ...(seconds === undefined
-            ? {}
-            : {
-                confirm: {
-                  seconds,
-                  revertCommand: (generation: number) =>
-                    selfCommand(['restore', '--unconfirmed', String(generation), ...passthrough]),
-                },
-              }),
-        });
-        const pending = report.pending;
-        if (opts.json === true) {
-          printJson(ctx.output, {
-            changed: report.changed,
-            generation: report.generation.number,
-            hash: report.generation.hash,
-            previousHash: report.previous?.hash ?? null,
-            deferred: report.deferred,
-            timings: report.timings,
-            confirmBy: pending?.deadline ?? null,
-          });
-        } else {
-          const where = describeTarget(target);
-          printLine(
-            ctx.output,
-            report.changed
-              ? paint(
-                  ctx.output,
-                  'green',
-                  `applied ${prepared.policy.name} to ${where}: generation ${report.generation.number}, hash ${report.generation.hash.slice(0, 12)}`,
-                )
-              : `no change: ${where} already runs hash ${report.generation.hash.slice(0, 12)}`,
-          );
-          for (const d of report.deferred)
-            printLine(
-              ctx.output,
-              paint(ctx.output, 'yellow', `  waiting: ${describeLiveProblem(d)}`),
-            );
-          if (pending !== undefined) {
-            printLine(
-              ctx.output,
-              paint(
-                ctx.output,
-                'yellow',
-                `  run \`${confirmCommand(opts, command)}\` before ${pending.deadline}, or it reverts`,
-              ),
-            );
+        try {
+          await applyPolicy(file, opts, { target, seconds, lockWaitMs, command, ctx });
+        } catch (error) {
+          // Kept for `status`: the re-converge LaunchDaemon runs this, and its log is read by no one.
+          try {
+            recordFailure(target.state, {
+              operation: 'apply',
+              message: (error as Error).message,
+              code: isEgressguardError(error) ? error.code : null,
+            });
+          } catch {
+            // A state directory this user cannot write: the error below is still the one to see.
           }
+          throw error;
         }
-        ctx.setExit(EXIT.ok);
       },
     );
+}
+
+/** Prepares and applies the policy, and prints what happened (`apply`'s action, less the record). */
+async function applyPolicy(
+  file: string,
+  opts: TargetOptions & {
+    facts?: string;
+    liveTunnels?: boolean;
+    json?: boolean;
+    force?: boolean;
+    lockTimeout: string;
+  },
+  run: {
+    target: HostTarget;
+    seconds: number | undefined;
+    lockWaitMs: number;
+    command: Command;
+    ctx: CommandContext;
+  },
+): Promise<void> {
+  const { target, seconds, lockWaitMs, command, ctx } = run;
+  const prepared = await preparePolicy(target, {
+    policy: file,
+    facts: opts.facts,
+    ...(opts.liveTunnels === true ? { liveTunnels: true } : {}),
+    warn,
+  });
+  // The revert must act on the same target: the same backend and its options.
+  const passthrough = [
+    ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),
+    ...(opts.stateDir === undefined ? [] : ['--state-dir', opts.stateDir]),
+    '--target',
+    prepared.backend.name,
+    ...prepared.backend.options.flatMap((o) => {
+      const value = target.options[o.key];
+      return value === undefined ? [] : [o.flag.split(' ')[0] ?? '', value];
+    }),
+  ];
+  // The confirm timer goes in with the apply: it must be set before the firewall commit.
+  const report = await applyPrepared(target, prepared, {
+    lockWaitMs,
+    onLockWait: (message) => {
+      warn(`${message}; waiting up to ${opts.lockTimeout}`);
+    },
+    ...(opts.force === true ? { force: true } : {}),
+    ...(seconds === undefined
+      ? {}
+      : {
+          confirm: {
+            seconds,
+            revertCommand: (generation: number) =>
+              selfCommand(['restore', '--unconfirmed', String(generation), ...passthrough]),
+          },
+        }),
+  });
+  const pending = report.pending;
+  if (opts.json === true) {
+    printJson(ctx.output, {
+      changed: report.changed,
+      generation: report.generation.number,
+      hash: report.generation.hash,
+      previousHash: report.previous?.hash ?? null,
+      deferred: report.deferred,
+      timings: report.timings,
+      confirmBy: pending?.deadline ?? null,
+    });
+  } else {
+    const where = describeTarget(target);
+    printLine(
+      ctx.output,
+      report.changed
+        ? paint(
+            ctx.output,
+            'green',
+            `applied ${prepared.policy.name} to ${where}: generation ${report.generation.number}, hash ${report.generation.hash.slice(0, 12)}`,
+          )
+        : `no change: ${where} already runs hash ${report.generation.hash.slice(0, 12)}`,
+    );
+    for (const d of report.deferred)
+      printLine(ctx.output, paint(ctx.output, 'yellow', `  waiting: ${describeLiveProblem(d)}`));
+    if (pending !== undefined) {
+      printLine(
+        ctx.output,
+        paint(
+          ctx.output,
+          'yellow',
+          `  run \`${confirmCommand(opts, command)}\` before ${pending.deadline}, or it reverts`,
+        ),
+      );
+    }
+  }
+  ctx.setExit(EXIT.ok);
 }
 
 /** The `confirm` to run, with the target options this apply was given (a copy-paste must work). */

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { readStatus } from '../../apply/index.js';
+import type { LiveTunnel } from '../../backends/index.js';
 import { backendOf, hostContext, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
@@ -12,7 +13,7 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
     program
       .command('status')
       .description(
-        'Desired vs applied vs live hash, drift, missing routes or rules, counters, tunnel state',
+        'Desired vs applied vs live hash, drift, missing routes or rules, counters, tunnel state, the last failure',
       )
       .argument('[policy]', 'policy file: also show whether it is the one applied')
       .option('--facts <file>', 'host facts for the policy instead of reading the live host')
@@ -20,7 +21,8 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nExit code 0: in sync; 3: drifted, partially applied, interrupted or not applied.',
+      '\nExit code 0: in sync; 3: drifted, partially applied, interrupted or not applied, or the last\n' +
+        'apply (the re-converge) failed or boot loaded the lockdown since an apply last went in.',
     )
     .action(
       async (
@@ -55,7 +57,7 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
               o,
               paint(o, 'yellow', '  the policy given differs from the one applied: run apply'),
             );
-          for (const t of status.live.tunnels) printLine(o, `  tunnel ${t.name}: ${t.state}`);
+          for (const t of status.live.tunnels) printLine(o, `  ${describeTunnel(t)}`);
           const counters = [...status.live.counters].sort((a, b) => a.id.localeCompare(b.id));
           if (counters.length > 0) printLine(o, '  counters (packets, bytes):');
           for (const c of counters)
@@ -64,7 +66,27 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
               `    ${c.id.padEnd(40)} ${String(c.packets).padStart(10)} ${String(c.bytes).padStart(12)}`,
             );
         }
-        ctx.setExit(status.condition === 'InSync' ? EXIT.ok : EXIT.drift);
+        // A failed re-converge or a boot that fell back to the lockdown is not in sync with the
+        // intent even when live state is the applied generation.
+        ctx.setExit(
+          status.condition === 'InSync' && status.failure === null ? EXIT.ok : EXIT.drift,
+        );
       },
     );
+}
+
+/** `tunnel utun3 (vpn): up, 10.8.0.2/32 --> 10.8.0.1`, and where a tunnel found by match is now. */
+function describeTunnel(t: LiveTunnel): string {
+  const name =
+    t.declared === undefined || t.declared === t.name ? t.name : `${t.name} (${t.declared})`;
+  const addresses =
+    t.addresses === undefined || t.addresses.length === 0 ? '' : `, ${t.addresses.join(' ')}`;
+  const peer = t.peer === undefined ? '' : ` --> ${t.peer}`;
+  const now =
+    t.matchesNow === undefined || t.matchesNow === t.name
+      ? ''
+      : t.matchesNow === null
+        ? '; no interface matches it now'
+        : `; it matches ${t.matchesNow} now`;
+  return `tunnel ${name}: ${t.state}${addresses}${peer}${now}`;
 }
