@@ -271,6 +271,21 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
     ]);
   });
 
+  it("without the generation's record of its tunnels, the inspector reports the anchor's route-to targets", async () => {
+    const h = vpnHost();
+    const { prepared } = await reconverge(h);
+    const inspector = pfBackend.createInspector({ runner: h.runner, options: h.target.options });
+    expect((await inspector.read(prepared.artifacts)).tunnels).toEqual([
+      {
+        name: 'utun3',
+        state: 'up',
+        declared: 'utun3',
+        addresses: UTUN.addresses,
+        peer: '10.8.0.1',
+      },
+    ]);
+  });
+
   it('boot loads the lockdown when the utun moved, says so in status, and the re-converge brings the new one', async () => {
     const h = vpnHost();
     const context = hostContext(h.target, pfBackend);
