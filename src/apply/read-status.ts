@@ -21,7 +21,7 @@ export interface HostStatus {
   /**
    * The last apply that failed, or a boot that loaded the lockdown, since an apply last went in
    * (the re-converge LaunchDaemon's failures land here). It does not change `condition`, which
-   * compares live state with the applied generation; `status` exits non-zero for it.
+   * compares live state with the applied generation, nor `status`'s exit code.
    */
   readonly failure: FailureRecord | null;
 }

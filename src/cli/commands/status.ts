@@ -21,8 +21,9 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nExit code 0: in sync; 3: drifted, partially applied, interrupted or not applied, or the last\n' +
-        'apply (the re-converge) failed or boot loaded the lockdown since an apply last went in.',
+      '\nExit code 0: in sync; 3: drifted, partially applied, interrupted or not applied. The last\n' +
+        'failed apply (the re-converge) or boot that loaded the lockdown is listed, and in --json as\n' +
+        '`failure`, until an apply goes in; it does not change the exit code (live state may be fine).',
     )
     .action(
       async (
@@ -66,11 +67,7 @@ export function registerStatus(program: Command, ctx: CommandContext): void {
               `    ${c.id.padEnd(40)} ${String(c.packets).padStart(10)} ${String(c.bytes).padStart(12)}`,
             );
         }
-        // A failed re-converge or a boot that fell back to the lockdown is not in sync with the
-        // intent even when live state is the applied generation.
-        ctx.setExit(
-          status.condition === 'InSync' && status.failure === null ? EXIT.ok : EXIT.drift,
-        );
+        ctx.setExit(status.condition === 'InSync' ? EXIT.ok : EXIT.drift);
       },
     );
 }
