@@ -1,6 +1,5 @@
 import { availableParallelism } from 'node:os';
 import { createStepTimer, EgressguardError, type StepTimer } from '../../core/index.js';
-import { gatherInterfaces } from '../../facts/index.js';
 import { assertNever } from '../../ir/index.js';
 import type { Runner } from '../../runner/index.js';
 import type {
@@ -77,7 +76,6 @@ export const nftablesBackend: Backend = {
   },
   classifyCommand: classifyNftCommand,
   readVersions: readNftVersions,
-  readInterfaces: (runner) => gatherInterfaces(runner, { os: 'linux' }),
   createCompiler: createNftCompiler,
   createApplier: (context) => createNftApplier(context),
   createInspector: (context) => createNftInspector(context),
