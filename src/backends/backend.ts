@@ -36,10 +36,10 @@ export interface Backend {
   readonly readVersions?: (runner: Runner) => Promise<Readonly<Record<string, string>>>;
   /**
    * The host's interfaces, read live with its OS's tools: where boot looks for a tunnel found by
-   * `match` before it loads a generation bound to an interface that may have moved. Present on
-   * pf, which cannot load an anchor naming an absent interface and whose utuns renumber; without
-   * it boot loads the generation as recorded (nftables: it loads with the tunnel absent, and
-   * `run` re-binds from live facts as soon as it starts).
+   * `match` before it loads a generation bound to an interface that may have moved: for a
+   * firewall that cannot load rules naming an absent interface, on an OS that renumbers tunnels
+   * (macOS utuns). Without it boot loads the generation as recorded (one that loads with its
+   * tunnel absent, whose resident mode re-binds from live facts as soon as it starts).
    */
   readonly readInterfaces?: (runner: Runner) => Promise<HostFacts['interfaces']>;
   createCompiler(): Compiler;
