@@ -152,7 +152,7 @@ async function revertAtBoot(
 /**
  * Why the generation's tunnels found by `match` are not where it was bound to them, in words, or
  * null when every one is (or the generation recorded none, or the backend cannot read interfaces).
- * Resolved as an apply would (resolveTunnels), so a tunnel absent then and now is not "moved".
+ * Resolved as an apply would (resolveTunnels); a tunnel absent when it was bound has not "moved".
  */
 async function findMovedTunnels(
   input: { backend: Backend; runner: Runner },
@@ -177,9 +177,11 @@ async function findMovedTunnels(
   } catch (error) {
     return `cannot tell where its tunnels are now: ${(error as Error).message}`;
   }
-  const moved = tunnels.flatMap(({ declared, interface: then, match }) => {
+  const moved = tunnels.flatMap(({ declared, interface: then, present, match }) => {
     const now = resolved.get(declared) ?? declared;
-    if (match === null || now === then) return [];
+    // Bound while absent, the generation routes nothing into it (pf: kill-switch-only), so
+    // wherever the tunnel is now, loading it drops the class, as the lockdown would.
+    if (match === null || !present || now === then) return [];
     const found = interfaces.some((i) => i.name === now && matchesTunnel(match, i));
     return [
       `tunnel "${declared}" (${describeTunnelMatch(match)}) was "${then}" when it was applied, and ${found ? `is "${now}"` : 'matches no interface'} now`,

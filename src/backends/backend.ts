@@ -239,6 +239,8 @@ export interface BoundTunnel {
   readonly declared: string;
   /** The interface the generation names (one no interface had, while the tunnel was absent). */
   readonly interface: string;
+  /** Whether the interface existed when it was bound (absent: nothing compiled routes into it). */
+  readonly present: boolean;
   /** Its own address or point-to-point peer (`match`); null: found by its name. */
   readonly match: { readonly address: string | null; readonly peer: string | null } | null;
 }

@@ -32,6 +32,7 @@ function boundTunnels(prepared: Pick<Prepared, 'ir' | 'independent'>): BoundTunn
     return {
       declared: t.declared,
       interface: t.name,
+      present: t.present,
       match: match === undefined ? null : { address: match.address, peer: match.peer },
     };
   });

@@ -141,6 +141,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     };
     const h = createPfModelHost({
       model: createMacosPfHost({ interfaces: modelInterfaces(down) }),
+      hostFacts: down,
     });
     hosts.push(h);
     const warnings: string[] = [];
@@ -164,7 +165,7 @@ describe('pf tunnel class: a renumbered utun is followed at re-arm', () => {
     });
 
     // The VPN connects as utun5 (it was utun3 before it went down).
-    h.model.setInterface('utun5', [...UTUN.addresses]);
+    h.setInterface('utun5', { up: true, addresses: [...UTUN.addresses], peer: '10.8.0.1' });
     const up: HostFacts = { ...down, interfaces: [...down.interfaces, { ...UTUN, name: 'utun5' }] };
     const rearmed = prepareForFacts(h.target, { policy: byAddress, facts: up });
     expect(rearmed.notes).toEqual([]);
@@ -217,7 +218,12 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
     const context = hostContext(h.target, pfBackend);
     const first = await reconverge(h);
     expect(first.report.generation.tunnels).toEqual([
-      { declared: 'vpn', interface: 'utun3', match: { address: null, peer: '10.8.0.1' } },
+      {
+        declared: 'vpn',
+        interface: 'utun3',
+        present: true,
+        match: { address: null, peer: '10.8.0.1' },
+      },
     ]);
     renumber(h);
     expect(vmToInternet(h).egress).toBe('utun3'); // into the other VPN, until the re-converge
@@ -243,7 +249,7 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
     const second = await reconverge(h);
     expect(second.report.changed).toBe(true);
     const anchor = second.prepared.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
-    expect(anchor).toContain('route-to (utun5');
+    expect(anchor).toContain('route-to utun5 inet all');
     expect(anchor).not.toContain('utun3');
     expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
     const status = await readStatus(context);
@@ -319,10 +325,17 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
 
   it('boot loads the lockdown while the utun it names is gone (real pfctl refuses such an anchor)', async () => {
     const h = vpnHost();
-    await reconverge(h);
+    const first = await reconverge(h);
     h.model.reboot();
     h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
     h.setInterface('utun3', null); // the VPN is not up yet
+    // The anchor of before, loaded as it was, is refused whole (parse.y's route_host check).
+    const stale = first.prepared.artifacts.find((a) => a.name === 'anchor.pf')?.content ?? '';
+    const refused = h.model.run(['-n', '-a', 'com.apple/250.egressguard', '-f', '-'], {
+      stdin: stale,
+    });
+    expect(refused.exitCode).not.toBe(0);
+    expect(refused.stderr).toContain('routeto: unknown interface utun3');
     const outcome = await restoreGeneration(hostContext(h.target, pfBackend));
     expect(outcome).toMatchObject({
       kind: 'lockdown',
@@ -331,6 +344,26 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
       ) as unknown,
     });
     expect(vmToInternet(h).verdict).toBe('block');
+  });
+
+  it('boot loads a generation compiled while the tunnel was absent, wherever the tunnel is now', async () => {
+    const h = vpnHost();
+    h.setInterface('utun3', null);
+    const absent = await reconverge(h); // kill-switch-only: no route-to to move
+    expect(absent.report.generation.tunnels?.[0]).toMatchObject({ present: false });
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    h.setInterface('utun5', UTUN_NOW);
+    const context = hostContext(h.target, pfBackend);
+    expect(await restoreGeneration(context)).toMatchObject({ kind: 'restored' });
+    expect(vmToInternet(h).verdict).toBe('block'); // as the kill switch says, until the re-arm
+    const status = await readStatus(context);
+    expect(status.condition).toBe('Drifted');
+    expect(status.reasons).toContain(
+      'tunnel vpn is on "utun5" now, but the live state names "vpn"',
+    );
+    await reconverge(h);
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
   });
 
   it('boot loads the generation when the utun is where it was', async () => {

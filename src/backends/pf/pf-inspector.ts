@@ -243,7 +243,7 @@ export function createPfInspector(
 
 /** Without the generation's record of its tunnels (an older one): the anchor's route-to targets. */
 function bindingsOf(routeTo: readonly string[]): BoundTunnel[] {
-  return routeTo.map((name) => ({ declared: name, interface: name, match: null }));
+  return routeTo.map((name) => ({ declared: name, interface: name, present: true, match: null }));
 }
 
 /**
