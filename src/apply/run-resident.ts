@@ -25,6 +25,8 @@ export interface ResidentLogEntry {
   readonly time: string;
   readonly action:
     | 'watching'
+    /** The first pass after the start is done: what follows comes of events and ticks. */
+    | 'checked'
     | 'reapplied'
     | 'adopted'
     | 'repaired-table'
@@ -141,6 +143,7 @@ export async function runResident(input: {
     running: false,
     again: undefined,
   };
+  let checked = false;
   const reconcile = async (ask: Ask): Promise<void> => {
     if (isStopping()) return;
     if (pass.running) {
@@ -162,6 +165,15 @@ export async function runResident(input: {
             trigger: next.trigger,
             ...(repair === undefined ? {} : { repair }),
           });
+        }
+        if (!checked) {
+          checked = true;
+          log(
+            'checked',
+            repair === undefined
+              ? 'first pass done: nothing to repair'
+              : `first pass done: repaired ${repair.what}`,
+          );
         }
         next = pass.again;
       }

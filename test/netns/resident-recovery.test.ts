@@ -197,6 +197,9 @@ describe('run: re-converges after tunnel faults and a deleted table', () => {
         });
       try {
         expect(await live.waitFor('watching', 0, BOUND_MS)).toBeDefined();
+        // The pass at start reads live facts too: one that straddled the move below would
+        // reapply as a "periodic check". Move only once it is done.
+        expect(await live.waitFor('checked', 0, BOUND_MS)).toBeDefined();
         // One uplink for both families: lan0 has no IPv6, so IPv6 loses its default route first;
         await host.run(['ip', '-6', 'route', 'del', 'default'], { effect: 'change' });
         const movedAt = Date.now();
