@@ -1,8 +1,5 @@
-import { hostname } from 'node:os';
 import type { Backend, BackendOptions, LiveProblem } from '../backends/index.js';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
-import { describeTunnelMatch, matchesTunnel } from '../facts/index.js';
-import { resolveTunnels } from '../ir/index.js';
 import type { Runner } from '../runner/index.js';
 import {
   acquireHostLockWaiting,
@@ -19,6 +16,7 @@ import {
   type Generation,
 } from './generation.js';
 import { clearFailure, recordFailure } from './failure-record.js';
+import { findMovedTunnels } from './moved-tunnels.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { revertPending } from './revert-generation.js';
 import { readPendingFile, type PendingConfirm } from './confirm-timer.js';
@@ -149,47 +147,6 @@ async function revertAtBoot(
   }
 }
 
-/**
- * Why the generation's tunnels found by `match` are not where it was bound to them, in words, or
- * null when every one is (or the generation recorded none, or the backend cannot read interfaces).
- * Resolved as an apply would (resolveTunnels); a tunnel absent when it was bound has not "moved".
- */
-async function findMovedTunnels(
-  input: { backend: Backend; runner: Runner },
-  generation: Generation,
-): Promise<string | null> {
-  const tunnels = generation.tunnels ?? [];
-  const read = input.backend.readInterfaces;
-  if (read === undefined || !tunnels.some((t) => t.match !== null)) return null;
-  let interfaces: Awaited<ReturnType<typeof read>>;
-  let resolved: Map<string, string>;
-  try {
-    interfaces = await read(input.runner);
-    resolved = resolveTunnels(
-      {
-        tunnels: tunnels.map((t) => t.declared),
-        tunnelMatches: Object.fromEntries(
-          tunnels.flatMap((t) => (t.match === null ? [] : [[t.declared, t.match]])),
-        ),
-      },
-      { interfaces, hostname: hostname() },
-    );
-  } catch (error) {
-    return `cannot tell where its tunnels are now: ${(error as Error).message}`;
-  }
-  const moved = tunnels.flatMap(({ declared, interface: then, present, match }) => {
-    const now = resolved.get(declared) ?? declared;
-    // Bound while absent, the generation routes nothing into it (pf: kill-switch-only), so
-    // wherever the tunnel is now, loading it drops the class, as the lockdown would.
-    if (match === null || !present || now === then) return [];
-    const found = interfaces.some((i) => i.name === now && matchesTunnel(match, i));
-    return [
-      `tunnel "${declared}" (${describeTunnelMatch(match)}) was "${then}" when it was applied, and ${found ? `is "${now}"` : 'matches no interface'} now`,
-    ];
-  });
-  return moved.length === 0 ? null : moved.join('; ');
-}
-
 /** `restore --previous`: the generation before becomes the applied one again. */
 async function rollBack(input: {
   backend: Backend;
@@ -203,6 +160,18 @@ async function rollBack(input: {
     throw new EgressguardError(
       'usage',
       `Nothing to restore: no generation is recorded at ${state.file(input.from)}`,
+    );
+  }
+  // Bound to a utun that is another now (the VPN reconnected under a new number), it would route
+  // its class into whatever wears the old name: refuse, changing nothing.
+  const moved = await findMovedTunnels(input, generation);
+  if (moved !== null) {
+    throw new EgressguardError(
+      'usage',
+      `Cannot restore generation ${generation.number}: ${moved}`,
+      {
+        hint: 'apply the policy on live facts (or with --facts FILE --live-tunnels), which binds its tunnels where they are now',
+      },
     );
   }
   const { deferred } = await input.backend

@@ -12,6 +12,7 @@ import {
   writeGeneration,
   type Generation,
 } from './generation.js';
+import { findMovedTunnels } from './moved-tunnels.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { removeOwned } from './remove-generation.js';
 
@@ -83,7 +84,23 @@ export async function revertPending(input: {
     return { kind: 'removed', generation: number, removed };
   }
   const target = [applied, previous].find((g) => g?.number === to);
-  if (target === undefined) return await lockDown({ ...input, generation: number }, applied, to);
+  if (target === undefined) {
+    return await lockDown(
+      { ...input, generation: number },
+      applied,
+      `generation ${to}, live before generation ${number}, is no longer recorded`,
+    );
+  }
+  // The revert must happen, but not into another VPN wearing the utun name the older generation
+  // was bound to: fail closed, and the next apply (or the re-converge) binds the tunnel anew.
+  const moved = await findMovedTunnels(input, target);
+  if (moved !== null) {
+    return await lockDown(
+      { ...input, generation: number },
+      applied,
+      `generation ${to}, live before generation ${number}, cannot be loaded: ${moved}`,
+    );
+  }
   const { deferred } = await input.backend
     .createApplier({ runner: input.runner, options: target.options })
     .apply(target.artifacts, { previous: undefined });
@@ -99,7 +116,7 @@ export async function revertPending(input: {
   return { kind: 'reverted', generation: number, restored: target.number, deferred };
 }
 
-/** The generation to go back to is recorded nowhere any more: fail closed. */
+/** The generation to go back to is recorded nowhere any more, or cannot be loaded: fail closed. */
 async function lockDown(
   input: {
     backend: Backend;
@@ -109,14 +126,14 @@ async function lockDown(
     generation: number;
   },
   applied: Generation | undefined,
-  to: number,
+  why: string,
 ): Promise<RevertOutcome> {
   const { state } = input;
   const lockdown = state.read(FILES.lockdown);
   if (lockdown === undefined) {
     throw new EgressguardError(
       'state-corrupt',
-      `Cannot revert generation ${input.generation}: generation ${to} is no longer recorded, and no class lockdown was saved at ${state.file(FILES.lockdown)}`,
+      `Cannot revert generation ${input.generation}: ${why}, and no class lockdown was saved at ${state.file(FILES.lockdown)}`,
       { hint: 'apply a policy, or run `egressguard remove`' },
     );
   }
@@ -134,7 +151,7 @@ async function lockDown(
   return {
     kind: 'lockdown',
     generation: input.generation,
-    reason: `generation ${to}, live before generation ${input.generation}, is no longer recorded: the class lockdown is loaded`,
+    reason: `${why}: the class lockdown is loaded`,
   };
 }
 
