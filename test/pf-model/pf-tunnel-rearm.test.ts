@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { readStatus, restoreGeneration } from '../../src/apply/index.js';
+import { readStatus, restoreGeneration, revertUnconfirmed } from '../../src/apply/index.js';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
@@ -321,6 +321,63 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
     const status = await readStatus(context);
     expect(status.condition, status.reasons.join('; ')).toBe('InSync');
     expect(status.failure).toBeNull();
+  });
+
+  it('an apply whose facts name a utun the host lacks now is refused with the way out, not as a compiler bug', async () => {
+    const h = vpnHost();
+    // The VPN reconnected as utun5 since the reviewed facts (utun3) were read.
+    h.setInterface('utun3', null);
+    h.setInterface('utun5', UTUN_NOW);
+    const refused = await reconverge(h, false).then(
+      () => undefined,
+      (error: unknown) => error as { message: string; hint?: string },
+    );
+    expect(refused?.message).toMatch(/routeto: unknown interface utun3/);
+    expect(refused?.hint).toMatch(/--live-tunnels/);
+    expect((await reconverge(h)).report.changed).toBe(true);
+  });
+
+  it('restore --previous refuses a generation bound to a utun that is another VPN now, changing nothing', async () => {
+    const h = vpnHost();
+    const context = hostContext(h.target, pfBackend);
+    const first = await reconverge(h);
+    renumber(h);
+    expect((await reconverge(h)).report.changed).toBe(true);
+    const calls = h.runner.invocations.length;
+    await expect(restoreGeneration({ ...context, from: 'previous.json' })).rejects.toThrow(
+      `Cannot restore generation ${first.report.generation.number}: tunnel "vpn" (peer 10.8.0.1) was "utun3" when it was applied, and is "utun5" now`,
+    );
+    // Only reads (ifconfig): no anchor was loaded.
+    const since = h.runner.invocations.slice(calls);
+    expect(since.length).toBeGreaterThan(0);
+    expect(since.filter((i) => i.argv.includes('-f'))).toEqual([]);
+    expect(vmToInternet(h)).toEqual({ verdict: 'pass', egress: 'utun5', source: '10.8.0.2' });
+  });
+
+  it('an unconfirmed generation reverts to the lockdown, not into another VPN, when the one before it is bound to a moved utun', async () => {
+    const h = vpnHost();
+    const context = hostContext(h.target, pfBackend);
+    const first = await reconverge(h);
+    renumber(h);
+    const prepared = await preparePolicy(h.target, {
+      policy: POLICY_FILE,
+      facts: FACTS_FILE,
+      liveTunnels: true,
+    });
+    const second = await applyPrepared(h.target, prepared, {
+      confirm: {
+        seconds: 30,
+        revertCommand: (n: number) => ['egressguard', 'restore', '--unconfirmed', String(n)],
+      },
+    });
+    expect(second.pending).toBeDefined();
+    const outcome = await revertUnconfirmed({ ...context, generation: second.generation.number });
+    expect(outcome).toEqual({
+      kind: 'lockdown',
+      generation: second.generation.number,
+      reason: `generation ${first.report.generation.number}, live before generation ${second.generation.number}, cannot be loaded: tunnel "vpn" (peer 10.8.0.1) was "utun3" when it was applied, and is "utun5" now: the class lockdown is loaded`,
+    });
+    expect(vmToInternet(h).verdict).toBe('block');
   });
 
   it('boot loads the lockdown while the utun it names is gone (real pfctl refuses such an anchor)', async () => {

@@ -155,7 +155,11 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
           'apply-failed',
           `Cannot apply: pfctl rejects the anchor: ${complaint}`,
           {
-            hint: 'nothing changed; this is a compiler bug or a pfctl this build does not know: report it',
+            // parse.y checks that a route-to interface exists: facts that name a utun the host
+            // no longer has (a VPN renumbered since they were read) are the usual cause.
+            hint: /routeto: unknown interface/.test(complaint)
+              ? 'nothing changed; the facts name a tunnel interface this host does not have now (a VPN renumbers its utun on every reconnect): apply on live facts, or add --live-tunnels to --facts FILE'
+              : 'nothing changed; this is a compiler bug or a pfctl this build does not know: report it',
           },
         );
       }
