@@ -171,7 +171,7 @@ export async function runResident(input: {
           log(
             'checked',
             repair === undefined
-              ? 'first pass done: nothing to repair'
+              ? 'first pass done: no repair made'
               : `first pass done: repaired ${repair.what}`,
           );
         }
