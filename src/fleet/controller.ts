@@ -1335,15 +1335,18 @@ export class Controller {
       .select('push_id')
       .where('id', '=', rolloutId)
       .executeTakeFirstOrThrow();
-    const stragglers = await trx
+    // Locked, in id order as every statement that locks several hosts: #setDesired rewrites
+    // conditions from these rows, which a status report must not change meanwhile.
+    let locking = trx
       .selectFrom('hosts')
       .selectAll()
       .where('decommissioned_at', 'is', null)
       .where((eb) =>
         eb.or([eb('desired_push_id', 'is', null), eb('desired_push_id', '!=', rollout.push_id)]),
       )
-      .orderBy('id')
-      .execute();
+      .orderBy('id');
+    if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
+    const stragglers = await locking.execute();
     for (const host of stragglers) await this.#setDesired(trx, host, rollout.push_id, now);
     return { state: 'succeeded', woken: stragglers.map((h) => h.id) };
   }
