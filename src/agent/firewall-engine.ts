@@ -3,7 +3,7 @@ import { applyGeneration, FILES, readGeneration, readStatus, runResident } from 
 import type { BackendOptions } from '../backends/index.js';
 import { gatherFacts, readHostFacts, readHostLabels, type HostFacts } from '../facts/index.js';
 import { BUNDLE_FORMAT, compileBundle, type CompiledBundle } from '../fleet/index.js';
-import { backendOf, type HostTarget } from '../host/index.js';
+import { backendOf, boundTunnels, type HostTarget } from '../host/index.js';
 import type {
   ApplyOutcome,
   HostEngine,
@@ -94,6 +94,8 @@ export function createFirewallEngine(
           policy: compiled.policyName,
           hash: compiled.hash,
           artifacts: compiled.artifacts,
+          // Kept by the generation: a boot restore or a revert then refuses a renumbered utun.
+          tunnels: boundTunnels(compiled.ir, compiled.tunnelMatches),
           ...(compiled.lockdown === undefined ? {} : { lockdown: compiled.lockdown }),
           lockWaitMs: options.lockWaitMs ?? 30_000,
         });

@@ -20,6 +20,8 @@ export interface CompiledBundle {
   readonly backend: Backend;
   readonly options: BackendOptions;
   readonly ir: HostIR;
+  /** How the policy finds its tunnels by `match`: the generation keeps them (boundTunnels). */
+  readonly tunnelMatches: PolicyIR['tunnelMatches'];
   readonly artifacts: readonly Artifact[];
   readonly lockdown: string | undefined;
   readonly hash: string;
@@ -83,6 +85,7 @@ export function compileBundle(
         backend,
         options: bundle.options,
         ir,
+        tunnelMatches: independent.tunnelMatches,
         artifacts,
         lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
         hash,

@@ -5,6 +5,7 @@ import {
   type ApplyReport,
 } from '../apply/index.js';
 import type { BoundTunnel, PlanResult } from '../backends/index.js';
+import type { HostIR, PolicyIR } from '../ir/index.js';
 import { hostContext, type HostTarget } from './host-target.js';
 import type { Prepared } from './prepare-policy.js';
 
@@ -19,16 +20,22 @@ export function applyPrepared(
     policy: prepared.policy.name,
     hash: prepared.hash,
     artifacts: prepared.artifacts,
-    tunnels: boundTunnels(prepared),
+    tunnels: boundTunnels(prepared.ir, prepared.independent.tunnelMatches),
     ...(prepared.lockdown === undefined ? {} : { lockdown: prepared.lockdown }),
     ...extra,
   });
 }
 
-/** Each tunnel as this prepare bound it, with the policy's `match` for it (kept by the generation). */
-function boundTunnels(prepared: Pick<Prepared, 'ir' | 'independent'>): BoundTunnel[] {
-  return prepared.ir.tunnels.map((t) => {
-    const match = prepared.independent.tunnelMatches[t.declared];
+/**
+ * Each tunnel as a bind placed it, with the policy's `match` for it: the generation keeps them, so
+ * a restore, a rollback or a revert can tell a utun renumbered since (apply, run, the fleet agent).
+ */
+export function boundTunnels(
+  ir: Pick<HostIR, 'tunnels'>,
+  matches: PolicyIR['tunnelMatches'],
+): BoundTunnel[] {
+  return ir.tunnels.map((t) => {
+    const match = matches[t.declared];
     return {
       declared: t.declared,
       interface: t.name,

@@ -13,5 +13,5 @@ export {
   type PrepareInput,
   type Prepared,
 } from './prepare-policy.js';
-export { applyPrepared, planPrepared } from './apply-prepared.js';
+export { applyPrepared, boundTunnels, planPrepared } from './apply-prepared.js';
 export { explainPacket, explainPodPacket, type PacketExplanation } from './explain-packet.js';

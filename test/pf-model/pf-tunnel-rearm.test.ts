@@ -1,9 +1,12 @@
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { createFirewallEngine } from '../../src/agent/index.js';
 import { readStatus, restoreGeneration, revertUnconfirmed } from '../../src/apply/index.js';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
+import { BUNDLE_FORMAT, createHostIrBinder } from '../../src/fleet/index.js';
 import { MACOS_TOOLS_ENV, readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {
   applyPrepared,
@@ -335,6 +338,38 @@ describe('pf tunnel class: re-resolved at the re-converge and at boot', () => {
     expect(refused?.message).toMatch(/routeto: unknown interface utun3/);
     expect(refused?.hint).toMatch(/--live-tunnels/);
     expect((await reconverge(h)).report.changed).toBe(true);
+  });
+
+  it('a fleet agent keeps the tunnels it bound, so boot refuses a utun renumbered since', async () => {
+    const h = vpnHost();
+    const binder = createHostIrBinder();
+    const pushed = binder.preparePolicy({
+      text: readFileSync(POLICY_FILE, 'utf8'),
+      source: 'policy.yaml',
+      pushId: 'p1',
+      options: {},
+    });
+    if (!pushed.ok) throw new Error('the example policy does not validate');
+    const bound = binder.bindHost(pushed.prepared, {
+      hostName: FACTS.hostname,
+      facts: FACTS,
+      factsDigest: null,
+      labels: {},
+    });
+    if (!bound.ok || bound.bundle.format !== BUNDLE_FORMAT) throw new Error('cannot bind');
+    const engine = createFirewallEngine({ target: h.target });
+    const prepared = await engine.prepare(bound.bundle, FACTS);
+    if (!prepared.ok) throw new Error(prepared.message);
+    expect(await engine.apply(prepared.prepared)).toMatchObject({ ok: true });
+    h.model.reboot();
+    h.model.run(['-f', '/etc/pf.conf'], { pid: 1, processName: 'launchd' });
+    renumber(h);
+    const outcome = await restoreGeneration(hostContext(h.target, pfBackend));
+    expect(outcome).toMatchObject({ kind: 'lockdown' });
+    expect(outcome.kind === 'lockdown' ? outcome.reason : '').toMatch(
+      /tunnel "vpn" \(peer 10\.8\.0\.1\) was "utun3" when it was applied, and is "utun5" now/,
+    );
+    expect(vmToInternet(h).verdict).toBe('block');
   });
 
   it('restore --previous refuses a generation bound to a utun that is another VPN now, changing nothing', async () => {
