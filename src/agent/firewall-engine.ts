@@ -94,8 +94,12 @@ export function createFirewallEngine(
           policy: compiled.policyName,
           hash: compiled.hash,
           artifacts: compiled.artifacts,
-          // Kept by the generation: a boot restore or a revert then refuses a renumbered utun.
-          tunnels: boundTunnels(compiled.ir, compiled.tunnelMatches),
+          // Kept by the generation when a tunnel is found by `match`: a boot restore or a revert
+          // then refuses a renumbered utun. Only then, as the inspector reads the host's
+          // interfaces for tunnels it is given (ifconfig on macOS).
+          ...(Object.keys(compiled.tunnelMatches).length === 0
+            ? {}
+            : { tunnels: boundTunnels(compiled.ir, compiled.tunnelMatches) }),
           ...(compiled.lockdown === undefined ? {} : { lockdown: compiled.lockdown }),
           lockWaitMs: options.lockWaitMs ?? 30_000,
         });
