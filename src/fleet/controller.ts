@@ -591,11 +591,7 @@ export class Controller {
     let outcomes: (boolean | RefusedError)[];
     try {
       outcomes = await this.#transaction(async (trx) => {
-        // Locked in id order, as every statement that locks several hosts does: no deadlock.
-        const ids = [...new Set(batch.map((item) => item.hostId))];
-        let locking = trx.selectFrom('hosts').selectAll().where('id', 'in', ids).orderBy('id');
-        if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
-        const rows = new Map((await locking.execute()).map((h) => [h.id, h]));
+        const rows = await this.#lockHosts(trx, [...new Set(batch.map((item) => item.hostId))]);
         const results: (boolean | RefusedError)[] = [];
         const events = this.#pendingEvents.get(trx) ?? [];
         for (const { hostId, report } of batch) {
@@ -1045,15 +1041,7 @@ export class Controller {
             onceKey: `${rolloutId}/wave/${current}/started`,
           });
           // One locking read for the whole wave (a thousand hosts are a thousand round trips).
-          let locking = trx
-            .selectFrom('hosts')
-            .selectAll()
-            .where('id', 'in', hostIds)
-            .orderBy('id');
-          if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
-          const rows = new Map(
-            (hostIds.length === 0 ? [] : await locking.execute()).map((h) => [h.id, h]),
-          );
+          const rows = await this.#lockHosts(trx, hostIds);
           for (const hostId of hostIds) {
             const host = rows.get(hostId);
             if (host === undefined || host.decommissioned_at !== null) continue;
@@ -1498,6 +1486,20 @@ export class Controller {
     const host = await query.executeTakeFirst();
     if (host === undefined) throw new RefusedError('not-found', `Host "${hostId}" does not exist`);
     return host;
+  }
+
+  /**
+   * Several hosts locked with one statement, in id order as every statement that locks several
+   * hosts does (a report batch, a wave's start, the stragglers, the check-in flush): no deadlock.
+   */
+  async #lockHosts(
+    trx: Transaction<Database>,
+    hostIds: readonly string[],
+  ): Promise<Map<string, HostRow>> {
+    if (hostIds.length === 0) return new Map();
+    let locking = trx.selectFrom('hosts').selectAll().where('id', 'in', hostIds).orderBy('id');
+    if (this.#store.dialect === 'postgres') locking = locking.forUpdate();
+    return new Map((await locking.execute()).map((h) => [h.id, h]));
   }
 
   async #hostByName(db: Db, hostName: string): Promise<HostRow> {
