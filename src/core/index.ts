@@ -19,3 +19,4 @@ export { createRandom } from './random.js';
 export { packagePath } from './package-path.js';
 export { createStepTimer, type StepTimer, type StepTimings } from './step-timer.js';
 export { readBuildInfo, VERSION, type BuildInfo } from './version.js';
+export { systemdQuote } from './systemd-quote.js';
