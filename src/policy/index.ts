@@ -3,6 +3,7 @@ export {
   ISSUE_CODES,
   formatIssue,
   hasErrors,
+  unreadablePolicy,
   type IssueCode,
   type PolicyIssue,
   type Severity,

@@ -17,6 +17,7 @@ import { registry } from '../../backends/index.js';
 import { EgressguardError, packagePath } from '../../core/index.js';
 import { gatherFacts, readHostFacts } from '../../facts/index.js';
 import { createHostTarget } from '../../host/index.js';
+import { requireNamespace } from '../../runner/index.js';
 import { parseListen } from '../../server/index.js';
 import type { CommandContext } from '../command-context.js';
 import { parseDurationMs } from '../fleet-options.js';
@@ -105,6 +106,7 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
           { hint: 'the base must be above 0 and at most the cap' },
         );
       }
+      requireNamespace(opts.netns);
       const target = createHostTarget({
         netns: opts.netns,
         stateDir: opts.stateDir,
