@@ -1,3 +1,5 @@
+import { REAPPLIED_ANNOTATION } from './cilium-manifests.js';
+
 /**
  * The Kubernetes objects and shell scripts the chainsaw suite is made of. Pure builders: every
  * value interpolated into a script has been checked by planChainsawSuite (safe characters only),
@@ -27,7 +29,7 @@ export function buildProbePod(spec: ProbePodSpec): object {
     metadata: {
       name: spec.name,
       namespace: spec.namespace,
-      labels: { ...spec.labels, ...MANAGED, 'egressguard.io/probe': 'true' },
+      labels: { ...spec.labels, ...MANAGED, 'egressguard.dev/probe': 'true' },
     },
     spec: {
       restartPolicy: 'Never',
@@ -71,7 +73,7 @@ export interface FaultJobSpec {
  * tunnel stops, and the restart Job must still land on that node.
  */
 export function buildFaultJob(spec: FaultJobSpec): object {
-  const labels = { ...MANAGED, 'egressguard.io/fault': `tunnel-${spec.action}` };
+  const labels = { ...MANAGED, 'egressguard.dev/fault': `tunnel-${spec.action}` };
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -379,6 +381,6 @@ export function reapplyPolicyScript(policy: string): string {
   return lines(
     ...assign({ policy }),
     'kubectl annotate ciliumegressgatewaypolicy "$policy" \\',
-    '  --overwrite "egressguard.io/reapplied-at=$(date +%s)"',
+    `  --overwrite "${REAPPLIED_ANNOTATION}=$(date +%s)"`,
   );
 }

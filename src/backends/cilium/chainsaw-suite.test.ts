@@ -5,6 +5,7 @@ import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isMap, isSeq, parse, parseAllDocuments, visit } from 'yaml';
 import { validateChainsawTest } from './chainsaw-schema.js';
+import { REAPPLIED_ANNOTATION } from './cilium-manifests.js';
 import {
   type ChainsawSuiteInput,
   type EmittedFile,
@@ -22,7 +23,7 @@ const INPUT: ChainsawSuiteInput = {
   ],
   gateway: {
     nodeName: 'gw-1',
-    label: { key: 'egressguard.io/gateway', value: 'vpn' },
+    label: { key: 'egressguard.dev/gateway', value: 'vpn' },
     tunnelUnit: 'wg-quick@tun0.service',
     egressGatewayPolicy: 'egressguard-vpn',
     wanAddresses: ['198.51.100.7', '2001:db8:ffff::7'],
@@ -211,7 +212,7 @@ describe('emitChainsawSuite', () => {
     for (const step of faultSteps) {
       const restore = (step.finally ?? []).map((op) => op.script?.content ?? '');
       expect(step.finally?.every((op) => op.script !== undefined)).toBe(true);
-      const start = restore.findIndex((c) => c.includes('egressguard.io/fault: tunnel-start'));
+      const start = restore.findIndex((c) => c.includes('egressguard.dev/fault: tunnel-start'));
       const back = restore.findIndex((c) => c.includes('echo egressguard-gateway=back'));
       const reapply = restore.findIndex((c) =>
         c.includes('kubectl annotate ciliumegressgatewaypolicy'),
@@ -220,6 +221,9 @@ describe('emitChainsawSuite', () => {
       expect(restore[start]).toContain('wait --for=condition=complete');
       expect(back).toBeGreaterThan(start);
       expect(reapply).toBeGreaterThan(back);
+      // The annotation the resident writes too: one key, one domain.
+      expect(restore[reapply]).toContain(`"${REAPPLIED_ANNOTATION}=$(date +%s)"`);
+      expect(REAPPLIED_ANNOTATION).toBe('egressguard.dev/reapplied-at');
       // The fault is the first operation of its step: nothing can fail before the restore is armed.
       expect(step.try[0]?.script?.content).toContain('tunnel-stop');
     }
@@ -237,9 +241,9 @@ describe('emitChainsawSuite', () => {
     const [l3, l2] = tests(emit());
     expect(l3?.metadata.name).toBe('r-net-06-l3-safety-critical');
     expect(l3?.metadata.labels).toMatchObject({
-      'egressguard.io/requirement': 'R-NET-06',
-      'egressguard.io/level': 'L3',
-      'egressguard.io/safety-critical': 'true',
+      'egressguard.dev/requirement': 'R-NET-06',
+      'egressguard.dev/level': 'L3',
+      'egressguard.dev/safety-critical': 'true',
     });
     expect(l3?.spec.description).toMatch(/^R-NET-06 \(L3, safety-critical\): Class vpn/);
     for (const step of l3?.spec.steps ?? []) expect(step.name).toMatch(/^R-NET-06 L3: /);
@@ -493,7 +497,7 @@ describe('emitChainsawSuite: input problems (no files written)', () => {
     expect(
       problems({
         ...INPUT,
-        gateway: { ...INPUT.gateway, label: { key: 'egressguard.io/gateway', value: 'up now' } },
+        gateway: { ...INPUT.gateway, label: { key: 'egressguard.dev/gateway', value: 'up now' } },
       }),
     ).toEqual(['invalid-label']);
     expect(

@@ -1,10 +1,8 @@
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { ClusterChange, ClusterConnection, ClusterDuty } from '../backend.js';
+import { REAPPLIED_ANNOTATION } from './cilium-manifests.js';
 import { GATEWAY_METRICS } from './gateway-metrics.js';
 import type { EgressGatewayPolicyObject, KubeClient } from './kube-client.js';
-
-/** The annotation whose change re-applies an egress gateway policy. */
-export const REAPPLIED_ANNOTATION = 'egressguard.dev/reapplied-at';
 
 /**
  * The gateway node's side of the egress gateway kill switch, on the cluster: the node carries a

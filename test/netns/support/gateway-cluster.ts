@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments } from 'yaml';
-import { REAPPLIED_ANNOTATION } from '../../../src/backends/cilium/gateway-connection.js';
+import { REAPPLIED_ANNOTATION } from '../../../src/backends/cilium/cilium-manifests.js';
 import { gatewayLabel } from '../../../src/backends/cilium/gateway-label.js';
 import type { JsonValue } from '../../../src/backends/cilium/json-patch.js';
 import {
