@@ -4,6 +4,7 @@ export {
   ISSUE_CODES,
   formatIssue,
   hasErrors,
+  unreadablePolicy,
   type IssueCode,
   type PolicyIssue,
   type Severity,

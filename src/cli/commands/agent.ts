@@ -17,6 +17,7 @@ import { registry } from '../../backends/index.js';
 import { EgressguardError, packagePath } from '../../core/index.js';
 import { gatherFacts, readHostFacts } from '../../facts/index.js';
 import { createHostTarget } from '../../host/index.js';
+import { requireNamespace } from '../../runner/index.js';
 import { parseListen } from '../../server/index.js';
 import type { CommandContext } from '../command-context.js';
 import { parseDurationMs } from '../fleet-options.js';
@@ -107,6 +108,7 @@ one whose credential was revoked (exit 1). After any other error the agent waits
           { hint: 'the base must be above 0 and at most the cap' },
         );
       }
+      requireNamespace(opts.netns);
       const target = createHostTarget({
         netns: opts.netns,
         stateDir: opts.stateDir,
