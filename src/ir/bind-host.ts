@@ -112,6 +112,7 @@ function bindCluster(facts: HostFacts): ClusterIR | null {
     pods: AddressSet.parse(cluster.podCidrs).subtract(nodes),
     services: AddressSet.parse(cluster.serviceCidrs).subtract(nodes),
     nodes,
+    tunnelExits: cluster.tunnelExits,
   };
 }
 

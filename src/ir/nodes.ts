@@ -188,7 +188,21 @@ export interface ClusterIR {
   readonly services: AddressSet;
   /** The nodes' addresses: the host and remote-node entities. */
   readonly nodes: AddressSet;
+  /**
+   * Per tunnel of the gateway node, how a pod sees that its traffic leaves by the tunnel's exit:
+   * an echo service beyond it and the addresses it answers with through the tunnel.
+   */
+  readonly tunnelExits: Readonly<Record<string, TunnelExitIR>>;
 }
+
+/** What an echo service beyond a tunnel answers when traffic leaves by that tunnel. */
+export interface TunnelExitIR {
+  readonly echoUrl: string;
+  readonly addresses: readonly string[];
+}
+
+/** The parts of a cluster the pod network judges by identity. */
+export type ClusterPartName = 'pods' | 'services' | 'nodes';
 
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
