@@ -8,7 +8,8 @@ import {
 import type { HostFacts } from '../../facts/index.js';
 import { createHostView, type HostIR, type HostView } from '../../ir/index.js';
 import type { ConformanceHarness, Observed, TestPacket } from '../backend.js';
-import { createMacosPfHost } from './create-macos-pf-host.js';
+import { createMacosPfHost, readStockPfFiles } from './create-macos-pf-host.js';
+import { installPfConfStanza } from './pf-conf-stanza.js';
 import { HASH_LABEL_PREFIXES } from './pf-compiler.js';
 import type { PfEvaluation, PfPacket } from './pf-evaluator.js';
 import type { PfctlModel } from './pfctl-model.js';
@@ -24,6 +25,11 @@ export interface PfObserved extends Observed {
 export interface PfModelHarness extends ConformanceHarness {
   readonly model: PfctlModel;
   observeOne(packet: TestPacket): PfObserved;
+  /**
+   * The host's interfaces change (DHCP renumbers the uplink, say) and nothing is loaded again:
+   * pf keeps the rules it has, and the host delivers and routes by the new facts.
+   */
+  renumber(facts: HostFacts): void;
 }
 
 const LINK_MULTICAST_V6 = AddressSet.parse(['ff02::/16']);
@@ -49,15 +55,30 @@ export function createPfModelHarness(input: {
   readonly facts: HostFacts;
   readonly anchor: string;
   readonly anchorText: string;
+  /**
+   * `--pf-attach stanza`: the host booted a stock pf.conf holding these lines of ours (the
+   * stanza's `scrub-anchor`, `nat-anchor`, `anchor` for a top-level anchor); absent: the stock
+   * com.apple/* hooks reach the anchor.
+   */
+  readonly stanza?: readonly string[];
 }): PfModelHarness {
   const interfaces: Record<string, string[]> = {};
   for (const iface of input.facts.interfaces) interfaces[iface.name] = [...iface.addresses];
-  const model = createMacosPfHost({ interfaces });
+  let pfConf: string | undefined;
+  if (input.stanza !== undefined) {
+    const installed = installPfConfStanza(readStockPfFiles().pfConf, {
+      anchor: input.anchor,
+      lines: input.stanza,
+    });
+    if (!installed.ok) throw new Error(installed.problem.message);
+    pfConf = installed.result.text;
+  }
+  const model = createMacosPfHost({ interfaces, ...(pfConf === undefined ? {} : { pfConf }) });
   const loaded = model.run(['-a', input.anchor, '-f', '-'], { stdin: input.anchorText });
   if (loaded.exitCode !== 0) {
     throw new Error(`The pfctl model rejects the anchor: ${loaded.stderr}`);
   }
-  const host = createHostView(input.facts);
+  let host = createHostView(input.facts);
 
   const observeOne = (tp: TestPacket): PfObserved => {
     const packet = tp.packet;
@@ -143,10 +164,20 @@ export function createPfModelHarness(input: {
     }
   };
 
+  const renumber = (facts: HostFacts): void => {
+    host = createHostView(facts);
+    const now = new Set(facts.interfaces.map((i) => i.name));
+    for (const name of Object.keys(model.state.interfaces)) {
+      if (!now.has(name)) model.setInterface(name, null);
+    }
+    for (const iface of facts.interfaces) model.setInterface(iface.name, [...iface.addresses]);
+  };
+
   return {
     name: 'pf evaluator on the pfctl model (stock macOS pf.conf and com.apple anchors)',
     model,
     observeOne,
+    renumber,
     observe(packets) {
       return Promise.resolve(packets.map(observeOne));
     },
