@@ -102,6 +102,26 @@ describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
     expect(booted.condition).toBe('InSync');
     expect(booted.reasons).toEqual([]);
     expect(h.model.run(['-s', 'rules']).stdout).toContain('anchor "egressguard" all');
+    // The scrub-anchor line reaches the anchor's `scrub … fragment reassemble`: a later fragment
+    // of a datagram to the cache's service port is judged like its datagram (allow-cache), as
+    // explain says, not without its ports (pf_test_fragment) as it was before the line.
+    expect(h.model.run(['-s', 'rules']).stdout).toContain('scrub-anchor "egressguard" all');
+    const fragment = h.model.forwardPacket({
+      family: 4,
+      source: 0xc0a84005,
+      destination: 0x0a2a000a, // 10.42.0.10
+      protocol: 6,
+      sourcePort: 50_000,
+      destinationPort: 4000,
+      fragment: 'non-first',
+      ingress: 'bridge100',
+      egress: 'en0',
+    });
+    expect([fragment.verdict, fragment.inbound.label, fragment.inbound.fragment]).toEqual([
+      'pass',
+      'allow-cache',
+      'reassembled',
+    ]);
 
     const removed = await removeGeneration(context);
     expect(JSON.stringify(removed)).toContain(`the egressguard blocks of \\"${pfConf}\\"`);
