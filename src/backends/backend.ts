@@ -504,6 +504,12 @@ export interface SelftestCheck {
   readonly detail: string;
   /** The assumption of the backend's model this check confirms on the real tool, if any. */
   readonly assumption: string | null;
+  /**
+   * Why the check cannot tell on this machine (set with `ok` false): what it would observe
+   * depends on something else here (a skipped interface, a pfctl that follows another
+   * grammar), so it neither confirms nor refutes its assumption, and fails nothing.
+   */
+  readonly cannotTell?: string;
 }
 
 /**

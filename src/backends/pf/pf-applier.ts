@@ -98,15 +98,8 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
   const writeConf = (text: string): Promise<void> =>
     writePfConf(options.pfConf, text, { faults: runner.faults });
 
-  /** `pfctl -k` per class source prefix: every state from the class, both directions. */
-  const killSources = async (prefixes: readonly string[]): Promise<void> => {
-    for (const prefix of prefixes) {
-      if (prefix.startsWith('!')) continue;
-      await pfctl.change(['-k', prefix]);
-    }
-  };
   const killStates = (artifacts: readonly Artifact[]): Promise<void> =>
-    killSources(readDesiredAnchor(anchorText(artifacts), anchor).sourcePrefixes);
+    killClassStates(pfctl, anchorText(artifacts), anchor);
 
   return {
     async plan(artifacts) {
@@ -220,7 +213,7 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       // A flow set up before passes by its state, without meeting the lockdown's rules (pf.conf(5)
       // STATEFUL FILTERING): kill the states of the sources the lockdown names (its `egsrc_`
       // tables; a lockdown of an older release names none, and kills nothing).
-      await killSources(readDesiredAnchor(content, anchor).sourcePrefixes);
+      await killClassStates(pfctl, content, anchor);
     },
 
     async remove() {
@@ -251,6 +244,22 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       return { removed };
     },
   };
+}
+
+/**
+ * `pfctl -k PREFIX` per entry of the class source tables (`egsrc_…`) an anchor or lockdown text
+ * defines: every state from the classes, whichever direction it was made in (the selftest checks
+ * this on a real Mac).
+ */
+export async function killClassStates(
+  pfctl: Pfctl,
+  content: string,
+  anchor: string,
+): Promise<void> {
+  for (const prefix of readDesiredAnchor(content, anchor).sourcePrefixes) {
+    if (prefix.startsWith('!')) continue;
+    await pfctl.change(['-k', prefix]);
+  }
 }
 
 function readPfConf(path: string): string {

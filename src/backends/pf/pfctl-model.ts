@@ -1099,6 +1099,17 @@ class Invocation {
       case 'R':
         this.showReferences();
         return;
+      case 'I': {
+        // F93 pfctl_show_ifaces / print_iface: every kif by name (RB order), `(skip)` with -v.
+        const names = [
+          ...new Set(['all', ...Object.keys(this.state.interfaces), ...this.state.skip]),
+        ];
+        for (const name of names.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))) {
+          const skipped = args.verbose > 0 && this.state.skip.includes(name) ? ' (skip)' : '';
+          this.stdout += `${name}${skipped}\n`;
+        }
+        return;
+      }
       case 'i':
         this.stdout += `Status: ${this.state.enabled ? 'Enabled' : 'Disabled'} for ${formatUptime(this.state.clock)}           Debug: Urgent\n\n`;
         this.stdout += `State Table                          Total             Rate\n`;
