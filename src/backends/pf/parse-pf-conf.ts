@@ -1994,9 +1994,7 @@ function isMultiAddress(address: Extract<PfAddress, { kind: 'interface' }>): boo
 }
 
 /** `en0`, `en0:network` … as an interface address (F93 host_if / dynaddr modifiers). */
-function interfaceWithModifier(
-  text: string,
-): {
+function interfaceWithModifier(text: string): {
   kind: 'interface';
   name: string;
   modifier: 'network' | 'broadcast' | 'peer' | '0' | null;
