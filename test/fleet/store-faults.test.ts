@@ -280,7 +280,7 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
         '--max-unavailable',
         '20',
         '--bake',
-        '2s',
+        '1s',
         '--json',
       );
       expect(first.exitCode).toBe(0);
