@@ -4,7 +4,7 @@ import type { CommandContext } from './command-context.js';
 import { registerCommands } from './commands/index.js';
 import { EXIT } from './exit-codes.js';
 import { createOutput, paint, type Output } from './output.js';
-import { VERSION } from '../core/index.js';
+import { isVersionRequest, printVersion } from './version-report.js';
 
 const EXIT_HELP = `
 Exit codes:
@@ -23,7 +23,10 @@ export async function createProgram(
     .description(
       'Declare which way each class of workload may leave a host, enforce it fail-closed, and prove it',
     )
-    .version(VERSION)
+    .option(
+      '-V, --version',
+      "print the version, the commit, Node.js, and each backend with its tools' versions (--json too)",
+    )
     .showHelpAfterError('(add --help for usage)')
     .addHelpText('after', EXIT_HELP)
     .configureOutput({
@@ -45,6 +48,10 @@ export async function main(
 ): Promise<number> {
   let exitCode: number = EXIT.ok;
   try {
+    if (isVersionRequest(argv.slice(2))) {
+      await printVersion(output, argv.includes('--json'));
+      return EXIT.ok;
+    }
     const program = await createProgram(argv.slice(2), output, (code) => {
       exitCode = code;
     });

@@ -28,7 +28,21 @@ describe('host facts: the cluster a node belongs to', () => {
       podCidrs: ['10.42.0.0/16'],
       serviceCidrs: [],
       nodeAddresses: [],
+      tunnelExits: {},
     });
+  });
+
+  it('refuses a tunnel exit with a malformed address, or an echo URL that would reach a shell', () => {
+    const cluster = (exit: object) => ({
+      ...BASE,
+      cluster: { podCidrs: ['10.42.0.0/16'], tunnelExits: { tun0: exit } },
+    });
+    expect(failure(cluster({ echoUrl: 'http://203.0.113.80/', addresses: ['exit'] }))).toBe(
+      'facts: Cannot use host facts "facts.json": cluster.tunnelExits.tun0 has malformed address "exit"',
+    );
+    expect(
+      failure(cluster({ echoUrl: "http://203.0.113.80/'$(id)'", addresses: ['203.0.113.50'] })),
+    ).toContain('is not an http(s) URL without quotes, spaces, backslashes or "$"');
   });
 
   it('refuses a malformed prefix or address, naming the field', () => {

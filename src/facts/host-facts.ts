@@ -47,6 +47,25 @@ const factsSchema = z.strictObject({
         .array(z.string())
         .default([])
         .describe("every node's InternalIP (kubectl get nodes -o wide)"),
+      tunnelExits: z
+        .record(
+          z.string(),
+          z.strictObject({
+            echoUrl: z
+              .string()
+              .describe(
+                'an HTTP service beyond the tunnel that answers with the client address it sees, as text',
+              ),
+            addresses: z
+              .array(z.string())
+              .min(1)
+              .describe('what that service sees when traffic leaves by the tunnel (its exit)'),
+          }),
+        )
+        .default({})
+        .describe(
+          "per tunnel of the gateway node: how a pod checks that its traffic leaves by the tunnel's exit (the gate every pod of a tunnel class starts with)",
+        ),
     })
     .optional()
     .describe(
@@ -99,6 +118,24 @@ export function parseHostFacts(json: unknown, source: string): HostFacts {
           'facts',
           `Cannot use host facts "${source}": cluster.${field} has malformed ${field === 'nodeAddresses' ? 'address' : 'prefix'} "${bad}"`,
           { hint: 'write prefixes as 10.42.0.0/16 and node addresses as 192.168.1.21' },
+        );
+      }
+    }
+    for (const [tunnel, exit] of Object.entries(cluster.tunnelExits)) {
+      const bad = exit.addresses.find((text) => parseAddress(text) === undefined);
+      if (bad !== undefined) {
+        throw new EgressguardError(
+          'facts',
+          `Cannot use host facts "${source}": cluster.tunnelExits.${tunnel} has malformed address "${bad}"`,
+          { hint: 'write the addresses the echo service sees, like 203.0.113.50' },
+        );
+      }
+      // It reaches a shell script inside the gate container: no quote, space, backslash or "$".
+      if (!/^https?:\/\/[^\s'"\\`$]+$/.test(exit.echoUrl)) {
+        throw new EgressguardError(
+          'facts',
+          `Cannot use host facts "${source}": cluster.tunnelExits.${tunnel}.echoUrl "${exit.echoUrl}" is not an http(s) URL without quotes, spaces, backslashes or "$"`,
+          { hint: 'give the echo service as http://203.0.113.80:8080/' },
         );
       }
     }

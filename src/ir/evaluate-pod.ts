@@ -58,7 +58,7 @@ export function evaluatePodPacket(
       const asNode = decide(cls, { ...packet, destination: node });
       if (asNode.action !== decide(cls, packet).action) {
         notes.push(
-          `A service whose backends are nodes (the kubernetes API service) is judged as a node, at the backend's port: the rules give a node ${asNode.action} here (${asNode.id})`,
+          `If this address is the ClusterIP of a service whose backends are nodes (such as "kubernetes", the API server's service), it is judged as a node, at the backend's port: the rules give a node ${asNode.action} here (${asNode.id})`,
         );
       }
     }
@@ -81,6 +81,7 @@ export function evaluatePodPacket(
         );
       }
       steered = state.tunnel === 'up' && carried;
+      if (steered && cls.killSwitch !== null) notes.push(RESIDUAL_WINDOW);
       if (!steered) {
         notes.unshift(
           `Tunnel "${tunnel}" is down and class "${cls.name}" has no kill switch: its traffic leaves from the pod's own node`,
@@ -129,11 +130,15 @@ function decide(
 
 type ClusterPart = 'pods' | 'services' | 'nodes';
 
+// What steers a tunnel class, and the window that stays open (docs/kubernetes.md, "What stays open").
+const RESIDUAL_WINDOW =
+  "Steering starts late for a new pod: the pod network programs it after a delay, so each pod of the class starts with the tunnel gate, an init container that holds its containers until its own request leaves by the tunnel exit (the admission policy refuses a pod without it); until then only the gate's requests to the echo service can leave by the pod's node. With the steering policy deleted or refused, a backstop policy drops the class as with the tunnel down. Not covered: the egress gateway switched off on the cluster, or the backstop deleted as well (doctor --k8s and the alerts report both)";
+
 // What the pod network makes of an in-cluster destination (ClusterIR's sources).
 const CLUSTER_NOTES: Readonly<Record<ClusterPart, string>> = {
   pods: 'In-cluster destination (the pod CIDR): the pod network judges it by identity, as any pod of the cluster, never by address; the egress gateway never steers it, so it stays inside the cluster whatever the tunnel does',
   services:
-    'In-cluster destination (the service CIDR): the pod network translates a ClusterIP to a backend before policy and judges the backend, a pod; the egress gateway never steers it, so it stays inside the cluster whatever the tunnel does',
+    'In-cluster destination (the service CIDR): the pod network translates the ClusterIP of a service to one of its backends before policy and judges that backend (the verdict here is for a pod); a ClusterIP whose service has no backend is refused before policy (Cilium fails the connection with "host unreachable", or drops the packet as "Service backend not found"), and an address no service holds is dropped by the class\'s network policy, which leaves the service CIDR out of its address rules; the egress gateway never steers any of them',
   nodes:
     'In-cluster destination (a node): the pod network judges it by identity (the host and remote-node entities), never by address; the egress gateway never steers it',
 };

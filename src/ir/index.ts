@@ -5,6 +5,8 @@ export {
   type BoundViaIR,
   type ClassIR,
   type ClusterIR,
+  type ClusterPartName,
+  type TunnelExitIR,
   type DefaultIR,
   type HostClassIR,
   type HostIR,

@@ -188,7 +188,21 @@ export interface ClusterIR {
   readonly services: AddressSet;
   /** The nodes' addresses: the host and remote-node entities. */
   readonly nodes: AddressSet;
+  /**
+   * Per tunnel of the gateway node, how a pod sees that its traffic leaves by the tunnel's exit:
+   * an echo service beyond it and the addresses it answers with through the tunnel.
+   */
+  readonly tunnelExits: Readonly<Record<string, TunnelExitIR>>;
 }
+
+/** What an echo service beyond a tunnel answers when traffic leaves by that tunnel. */
+export interface TunnelExitIR {
+  readonly echoUrl: string;
+  readonly addresses: readonly string[];
+}
+
+/** The parts of a cluster the pod network judges by identity. */
+export type ClusterPartName = 'pods' | 'services' | 'nodes';
 
 /** A tunnel as one host has it: the families it can carry (an IPv4-only tunnel carries no IPv6). */
 export interface TunnelIR {
@@ -204,6 +218,13 @@ export interface TunnelIR {
    * (a filter rule that routes to it) compiles the class kill-switch-only instead.
    */
   readonly present: boolean;
+  /**
+   * Its own addresses and point-to-point peer as the facts show them (none while absent): a VPN
+   * that reconnects gets new ones, and what was translated to the old ones must not live on, so
+   * they are part of what a host's config hash covers.
+   */
+  readonly addresses: readonly string[];
+  readonly peer: string | null;
 }
 
 export type BoundViaIR =
@@ -239,6 +260,18 @@ export interface HostIR {
    * directly (throw routes), or LAN traffic and replies would go into the tunnel.
    */
   readonly localPrefixes: AddressSet;
+  /**
+   * The host's interfaces that have an address, by name, sorted: what the host takes as its own
+   * (`self`), named so a backend can follow their addresses live as they change (pf: `(en0)`)
+   * rather than freeze them when its rules load.
+   */
+  readonly hostInterfaces: readonly string[];
+  /**
+   * Per interface, its first IPv6 address beyond link-local (RFC 4291 §2.5.6: a link-local
+   * address is never a source toward another link): the address an IPv6 masquerade on it gives,
+   * as the IR's evaluator takes it. Interfaces without one are absent.
+   */
+  readonly ipv6NatSources: Readonly<Record<string, string>>;
   readonly reassembly: ReassemblyIR;
   /** The classes this host carries (its labels match), in policy order. */
   readonly classes: readonly HostClassIR[];

@@ -75,6 +75,15 @@ export function hasErrors(issues: readonly PolicyIssue[]): boolean {
   return issues.some((i) => i.severity === 'error');
 }
 
+/**
+ * The issue saying the policy file itself could not be read (reported at its root, path ""): a
+ * runtime failure, which commands exit 2 for. A network list the policy names that cannot be
+ * read is the policy's fault (a wrong path in it), reported where it is named.
+ */
+export function unreadablePolicy(issues: readonly PolicyIssue[]): PolicyIssue | undefined {
+  return issues.find((i) => i.code === 'unreadable-file' && i.path === '');
+}
+
 export function formatPath(path: readonly (string | number)[]): string {
   let out = '';
   for (const segment of path) {

@@ -76,8 +76,17 @@ export function loadPolicy(file: string): ParseResult {
   return parsePolicy(text, file);
 }
 
+export interface ParseOptions {
+  /**
+   * Whether `files:` lists are read (relative to `file`). A server given policy text by a client
+   * passes false: it never opens a path a client sent it, and each `files:` is an error that says
+   * how to inline the lists instead.
+   */
+  readonly readListFiles?: boolean;
+}
+
 /** Validates policy text; list files are read relative to `file`. */
-export function parsePolicy(text: string, file: string): ParseResult {
+export function parsePolicy(text: string, file: string, options: ParseOptions = {}): ParseResult {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const collector = new IssueCollector(file, doc, lines);
@@ -144,7 +153,10 @@ export function parsePolicy(text: string, file: string): ParseResult {
     reportZodIssues(parsed.error.issues, collector);
     parts = salvageDocumentParts(raw);
   }
-  const policy = parts === undefined ? undefined : resolvePolicy(parts, collector, file);
+  const policy =
+    parts === undefined
+      ? undefined
+      : resolvePolicy(parts, collector, { file, readListFiles: options.readListFiles ?? true });
   const issues = sortIssues(collector.issues);
   return { policy: parsed.success && !hasErrors(issues) ? policy : undefined, issues, report };
 }
@@ -155,9 +167,15 @@ function sortIssues(issues: readonly PolicyIssue[]): PolicyIssue[] {
   );
 }
 
-function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: string): Policy {
+function resolvePolicy(
+  parts: DocumentParts,
+  collector: IssueCollector,
+  source: { readonly file: string; readonly readListFiles: boolean },
+): Policy {
+  const { file } = source;
   const networks = new NetworkResolver(parts.networks, collector, {
     policyFile: file,
+    readListFiles: source.readListFiles,
     broken: parts.brokenNetworks,
   });
   networks.resolveAll();

@@ -6,6 +6,7 @@ import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
 import { KUBE_CALLS } from '../../src/backends/cilium/kube-client.js';
+import { readHostFacts } from '../../src/facts/index.js';
 
 // deploy/kubernetes: the least-privilege RBAC grants exactly the API calls the code makes
 // (KUBE_CALLS in src/backends/cilium/kube-client.ts), no wildcard and nothing more; the gateway
@@ -132,6 +133,30 @@ describe('deploy/kubernetes/rbac.yaml', () => {
         { kind: 'ServiceAccount', name: 'egressguard-gateway', namespace: 'egressguard' },
       ]);
     }
+  });
+
+  it("names the example's gateway node and the egress gateway policy its compile writes", () => {
+    // The names a user edits come from the example: its facts' hostname (the node the resident
+    // patches) and the steering policy `compile --target cilium` writes for it.
+    const example = join(folder, '../../testdata/policies/valid/k3s-vpn-egress');
+    const facts = readHostFacts(join(example, 'facts.json'));
+    const manifests = parseAllDocuments(
+      readFileSync(join(example, 'expected.cilium.manifests.yaml'), 'utf8'),
+    ).map((d) => d.toJS() as Doc & { metadata: { labels?: Record<string, string> } });
+    const steering = manifests
+      .filter(
+        (m) =>
+          m.kind === 'CiliumEgressGatewayPolicy' &&
+          m.metadata.labels?.['egressguard.dev/role'] === 'steering',
+      )
+      .map((m) => m.metadata.name);
+    const role = find('ClusterRole', 'egressguard-gateway');
+    const named = (resource: string) =>
+      (role.rules ?? [])
+        .filter((r) => r.resources?.includes(resource) === true && r.resourceNames !== undefined)
+        .flatMap((r) => r.resourceNames ?? []);
+    expect(named('nodes')).toEqual([facts.hostname]);
+    expect(named('ciliumegressgatewaypolicies')).toEqual(steering);
   });
 
   it('uses only API versions and kinds that exist, each object named', () => {

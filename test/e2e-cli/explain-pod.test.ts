@@ -34,6 +34,51 @@ describe('explain --pod', () => {
     );
   });
 
+  it('states the window that stays open for a steered destination, and what closes the rest', async () => {
+    const result = await runCli([
+      'explain',
+      POLICY,
+      '--pod',
+      'vpn',
+      '--to',
+      '203.0.113.7',
+      '--json',
+    ]);
+    expect(result.exitCode).toBe(0);
+    const notes = (JSON.parse(result.stdout) as { notes: string[] }).notes.join('\n');
+    expect(notes).toContain('each pod of the class starts with the tunnel gate');
+    expect(notes).toContain(
+      "only the gate's requests to the echo service can leave by the pod's node",
+    );
+    expect(notes).toContain('a backstop policy drops the class as with the tunnel down');
+    expect(notes).toContain('Not covered: the egress gateway switched off on the cluster');
+  });
+
+  it('says what happens to a service-CIDR address, and names the API service only as a possibility', async () => {
+    const result = await runCli([
+      'explain',
+      POLICY,
+      '--pod',
+      'vpn',
+      '--to',
+      '10.43.7.7',
+      '--proto',
+      'tcp',
+      '--port',
+      '443',
+      '--json',
+    ]);
+    expect(result.exitCode).toBe(0);
+    const notes = (JSON.parse(result.stdout) as { notes: string[] }).notes.join('\n');
+    expect(notes).toContain('a ClusterIP whose service has no backend is refused before policy');
+    expect(notes).toContain('"Service backend not found"');
+    expect(notes).toContain("an address no service holds is dropped by the class's network policy");
+    expect(notes).not.toContain('(the kubernetes API service)');
+    expect(notes).toContain(
+      'If this address is the ClusterIP of a service whose backends are nodes',
+    );
+  });
+
   it('prints the layer for people too', async () => {
     const result = await runCli(['explain', POLICY, '--pod', 'vpn', '--to', '203.0.113.7']);
     expect(result.exitCode).toBe(0);

@@ -63,6 +63,7 @@ describe('the cilium compiler', () => {
       const manifests = manifestsOf(POLICY, version);
       expect(manifests.map((m) => m.kind)).toEqual([
         'CiliumEgressGatewayPolicy',
+        'CiliumEgressGatewayPolicy',
         'CiliumClusterwideNetworkPolicy',
       ]);
       expect(validateManifests(manifests, { ciliumVersion: version })).toEqual([]);
@@ -72,15 +73,42 @@ describe('the cilium compiler', () => {
         nodeSelector: { matchLabels: { 'egressguard.dev/gateway-vpn': 'up' } },
         interface: 'tun0',
       });
-      expect(gateway.spec.destinationCIDRs).toEqual(['0.0.0.0/0']);
+      // The two halves of the space: longer than the backstop's /0, so they win while they hold.
+      expect(gateway.spec.destinationCIDRs).toEqual(['0.0.0.0/1', '128.0.0.0/1']);
       expect(gateway.spec.excludedCIDRs).toEqual(['10.42.0.0/15', '192.168.1.0/24']);
+      const backstop = manifests[1] as CiliumEgressGatewayPolicy;
+      expect(backstop.metadata.name).toBe(`${gateway.metadata.name}-backstop`);
+      expect(backstop.spec.selectors).toEqual(gateway.spec.selectors);
+      expect(backstop.spec.destinationCIDRs).toEqual(['0.0.0.0/0']);
+      expect(backstop.spec.excludedCIDRs).toEqual(gateway.spec.excludedCIDRs);
+      // No node can carry a label that both exists and does not.
+      expect(backstop.spec.egressGateway).toEqual({
+        nodeSelector: {
+          matchExpressions: [
+            { key: 'egressguard.dev/no-gateway', operator: 'Exists' },
+            { key: 'egressguard.dev/no-gateway', operator: 'DoesNotExist' },
+          ],
+        },
+      });
     },
   );
+
+  it('refuses a tunnel class when the facts do not say how a pod sees the tunnel exit', () => {
+    const cluster = FACTS.cluster;
+    if (cluster === undefined) throw new Error('no cluster in the facts');
+    const facts: HostFacts = { ...FACTS, cluster: { ...cluster, tunnelExits: {} } };
+    const refused = refusal(() => compile(POLICY, { facts }));
+    expect(refused.code).toBe('unsupported');
+    expect(refused.message).toContain('no gate can hold a new pod until Cilium steers it');
+    expect(refused.hint).toContain('"tunnelExits": { "tun0":');
+  });
 
   it("compiles the gateway node's own table through the nftables backend, labelled as such", () => {
     const names = compile(POLICY).map((a) => a.name);
     expect(names).toEqual([
       'manifests.yaml',
+      'admission.yaml',
+      'tunnel-gate.yaml',
       'gateway-node.ruleset.nft',
       'gateway-node.steering.json',
       'gateway-node.lockdown.nft',
@@ -238,14 +266,19 @@ describe('the cilium compiler', () => {
     expect(text).not.toBe(POLICY);
     const manifests = manifestsOf(text);
     expect(validateManifests(manifests)).toEqual([]);
-    const peers = JSON.stringify(manifests[1]);
+    const peers = JSON.stringify(
+      manifests.find((m) => m.kind === 'CiliumClusterwideNetworkPolicy'),
+    );
     expect(peers).toContain('"icmps"');
     expect(peers).toContain('{"family":"IPv4","type":255}');
   });
 
   describe('in-cluster destinations, judged by the rules and written as identities', () => {
     const rulesOf = (text: string) => {
-      const network = manifestsOf(text)[1] as CiliumClusterwideNetworkPolicy;
+      const network = manifestsOf(text).find(
+        (m): m is CiliumClusterwideNetworkPolicy => m.kind === 'CiliumClusterwideNetworkPolicy',
+      );
+      if (network === undefined) throw new Error('no network policy');
       return network.specs ?? [];
     };
     const pods = { matchExpressions: [{ key: 'io.kubernetes.pod.namespace', operator: 'Exists' }] };

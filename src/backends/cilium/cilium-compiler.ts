@@ -30,10 +30,15 @@ import {
   type L4Piece,
   type VerdictGroup,
 } from './pod-verdicts.js';
+import { gateAdmission, gateContainer } from './tunnel-gate.js';
 import { validateManifests } from './validate-manifests.js';
 
 /** The manifests artifact; the gateway node's own nftables artifacts are prefixed with this. */
 export const MANIFESTS_ARTIFACT = 'manifests.yaml';
+/** The admission policies that make every pod of a tunnel class start with the tunnel gate. */
+export const ADMISSION_ARTIFACT = 'admission.yaml';
+/** The tunnel gate's init container, per tunnel class, to list first in the class's pods. */
+export const GATE_ARTIFACT = 'tunnel-gate.yaml';
 export const NODE_ARTIFACT_PREFIX = 'gateway-node.';
 
 // Cilium's label for a pod's namespace (k8sConst.PodNamespaceLabel).
@@ -89,6 +94,7 @@ export function createCiliumCompiler(): Compiler {
       assertValidManifests(manifests, version);
       const artifacts: Artifact[] = [
         { name: MANIFESTS_ARTIFACT, content: renderManifests(ir, manifests, version) },
+        ...gateArtifacts(ir, cluster),
       ];
       if (ir.classes.length > 0) {
         const header = nodeHeader(ir);
@@ -144,6 +150,19 @@ export function egressGatewayPolicyName(
   return `egressguard-${ir.name}-${cls.name}`;
 }
 
+/** The name of a class's backstop policy (its egress gateway policy without a gateway). */
+export function backstopPolicyName(
+  ir: Pick<HostIR, 'name'>,
+  cls: Pick<HostPodClassIR, 'name'>,
+): string {
+  return `${egressGatewayPolicyName(ir, cls)}${BACKSTOP_SUFFIX}`;
+}
+
+export const BACKSTOP_SUFFIX = '-backstop';
+
+/** The label egressguard's egress gateway policies carry to say which role they play. */
+export const ROLE_LABEL = 'egressguard.dev/role';
+
 function compileClass(
   ir: HostIR,
   cls: HostPodClassIR,
@@ -161,7 +180,7 @@ function compileClass(
   };
   const out: CiliumManifest[] = [];
   if (cls.via.kind === 'tunnel') {
-    out.push(egressGatewayPolicy(ir, cls, metadata, context));
+    out.push(...egressGatewayPolicies(ir, cls, metadata, context));
   }
   out.push(networkPolicy(cls, metadata, context.cluster));
   return out;
@@ -174,12 +193,26 @@ function podLabels(cls: HostPodClassIR): Record<string, string> {
   };
 }
 
-function egressGatewayPolicy(
+/**
+ * A tunnel class's two egress gateway policies. The steering policy sends the class through the
+ * gateway node that carries the label; its destinations are the two halves of the address space
+ * (0.0.0.0/1 and 128.0.0.0/1). The backstop selects the same pods for the whole space (0.0.0.0/0)
+ * with a gateway nodeSelector no node can match, so Cilium writes its entries with "no gateway"
+ * and drops (DROP_NO_EGRESS_GATEWAY). The egress policy map is one LPM trie keyed by (pod address,
+ * destination prefix) (bpf/lib/egress_gateway.h, EGRESS_PREFIX_LEN and
+ * lookup_ip4_egress_gw_policy; manager.go addMissingEgressRules writes one entry per policy,
+ * endpoint and CIDR): while the steering policy holds, its /1 entries are longer and win; with
+ * it deleted, or refused by Cilium (manager.go onAddEgressPolicy: a policy ParseCEGP rejects is
+ * never added), the backstop's /0 entry is what the pods meet, and they are dropped as with the
+ * tunnel down instead of leaving unsteered. The exclusions are the same in both, so excepted
+ * destinations behave alike either way.
+ */
+function egressGatewayPolicies(
   ir: HostIR,
   cls: HostPodClassIR,
   metadata: ObjectMeta,
   context: { version: string; cluster: ClusterIR },
-): CiliumEgressGatewayPolicy {
+): CiliumEgressGatewayPolicy[] {
   const { version, cluster } = context;
   const via = cls.via;
   if (via.kind !== 'tunnel') throw new Error('egressGatewayPolicy: not a tunnel class');
@@ -226,28 +259,68 @@ function egressGatewayPolicy(
     families.push(6);
   }
   const all: Readonly<Record<Family, string>> = { 4: '0.0.0.0/0', 6: '::/0' };
+  const halves: Readonly<Record<Family, readonly string[]>> = {
+    4: ['0.0.0.0/1', '128.0.0.0/1'],
+    6: ['::/1', '8000::/1'],
+  };
   // Exclusions of the families steered only: always inside destinationCIDRs (schema: "Should be
   // a subset of destinationCIDRs otherwise it will not have any effect"). The cluster's own
   // addresses too: Cilium never steers a pod or a node (EGW doc, "Selecting the destination"),
   // and an address of the pod or service CIDR that no pod or service holds is not steered either.
   const exempt = killSwitch.except.union(cluster.pods).union(cluster.services).union(cluster.nodes);
   const excluded = families.flatMap((f) => exempt.toCidrs(f));
-  // `interface`, never `egressIP` with it: Cilium ignores a policy with both (EGW doc, warning).
-  return {
+  // A half the exclusions cover whole is left out: one policy must not write one key twice.
+  const steered = families.flatMap((f) =>
+    halves[f].filter((half) => !exempt.covers(AddressSet.parse([half]))),
+  );
+  const selectors = [{ podSelector: { matchLabels: podLabels(cls) } }];
+  const exclusions = excluded.length === 0 ? {} : { excludedCIDRs: excluded };
+  const withRole = (role: string, name: string): ObjectMeta => ({
+    ...metadata,
+    name,
+    labels: { ...metadata.labels, [ROLE_LABEL]: role },
+  });
+  const out: CiliumEgressGatewayPolicy[] = [];
+  if (steered.length > 0) {
+    // `interface`, never `egressIP` with it: Cilium ignores a policy with both (EGW doc, warning).
+    out.push({
+      apiVersion: CILIUM_API_VERSION,
+      kind: 'CiliumEgressGatewayPolicy',
+      metadata: withRole('steering', metadata.name),
+      spec: {
+        selectors,
+        destinationCIDRs: steered,
+        ...exclusions,
+        egressGateway: {
+          nodeSelector: {
+            matchLabels: { [killSwitch.nodeLabel.key]: killSwitch.nodeLabel.value },
+          },
+          interface: via.interface,
+        },
+      },
+    });
+  }
+  out.push({
     apiVersion: CILIUM_API_VERSION,
     kind: 'CiliumEgressGatewayPolicy',
-    metadata,
+    metadata: withRole('backstop', `${metadata.name}${BACKSTOP_SUFFIX}`),
     spec: {
-      selectors: [{ podSelector: { matchLabels: podLabels(cls) } }],
+      selectors,
       destinationCIDRs: families.map((f) => all[f]),
-      ...(excluded.length === 0 ? {} : { excludedCIDRs: excluded }),
-      egressGateway: {
-        nodeSelector: { matchLabels: { [killSwitch.nodeLabel.key]: killSwitch.nodeLabel.value } },
-        interface: via.interface,
-      },
+      ...exclusions,
+      // A label that exists and does not exist: no node can ever match, whatever its labels.
+      egressGateway: { nodeSelector: NO_NODE },
     },
-  };
+  });
+  return out;
 }
+
+const NO_NODE: LabelSelector = {
+  matchExpressions: [
+    { key: 'egressguard.dev/no-gateway', operator: 'Exists' },
+    { key: 'egressguard.dev/no-gateway', operator: 'DoesNotExist' },
+  ],
+};
 
 function networkPolicy(
   cls: HostPodClassIR,
@@ -281,8 +354,14 @@ function networkPolicy(
     });
   }
   for (const group of sortGroups(verdicts.cidrGroups)) {
-    const families = ([4, 6] as const).filter((f) => group.addresses.has(f));
-    const rule = l3l4Rule({ toCIDRSet: cidrRules(group.addresses) }, group, families);
+    // Cilium translates every ClusterIP a service holds before policy (cilium/cilium#21251), so a
+    // service-CIDR destination that reaches policy is one no service holds: an address by which
+    // nothing in the cluster answers, which the egress gateway does not steer (it is excluded).
+    // Left out of every CIDR rule, the default deny drops it instead of the pod's node routing it.
+    const addresses = group.addresses.subtract(cluster.services);
+    const families = ([4, 6] as const).filter((f) => addresses.has(f));
+    if (families.length === 0) continue;
+    const rule = l3l4Rule({ toCIDRSet: cidrRules(addresses) }, group, families);
     if (rule === undefined) continue;
     specs.push({
       description: describe(group.decidedBy.join(', ')),
@@ -410,6 +489,69 @@ function cidrRules(set: AddressSet): CidrRule[] {
     else out.push(...plain.map((cidr) => ({ cidr })));
   }
   return out;
+}
+
+/**
+ * The tunnel gate of every tunnel class (tunnel-gate.ts): the init container its pods start with,
+ * and the admission policy that refuses a pod of the class without it. The gate needs to know
+ * what leaving by the tunnel looks like from outside, which only the facts can say.
+ */
+function gateArtifacts(ir: HostIR, cluster: ClusterIR): Artifact[] {
+  const gated = ir.podClasses.flatMap((cls) => {
+    if (cls.via.kind !== 'tunnel' || cls.killSwitch === null) return [];
+    const tunnel = cls.via.interface;
+    const exit = cluster.tunnelExits[tunnel];
+    if (exit === undefined) {
+      throw new EgressguardError(
+        'unsupported',
+        `Cannot compile Kubernetes class "${cls.name}" for Cilium: the gateway node's facts do not say how a pod sees that it leaves by tunnel "${tunnel}", so no gate can hold a new pod until Cilium steers it (Cilium programs a new pod's egress gateway entry after a delay, and the pod's traffic leaves unsteered meanwhile)`,
+        {
+          hint: `add "tunnelExits": { "${tunnel}": { "echoUrl": "http://ECHO:PORT/", "addresses": ["EXIT"] } } to "cluster" in the gateway node's facts: an HTTP service beyond the tunnel that answers with the client address it sees, and the address(es) it sees through the tunnel`,
+        },
+      );
+    }
+    return [{ cls, exit }];
+  });
+  if (gated.length === 0) return [];
+  const admission = gated.flatMap(({ cls, exit }) =>
+    gateAdmission({
+      name: `${egressGatewayPolicyName(ir, cls)}-tunnel-gate`,
+      className: cls.name,
+      podLabels: cls.selector.labels,
+      namespace: cls.selector.namespace,
+      exit,
+      labels: {
+        'app.kubernetes.io/managed-by': 'egressguard',
+        'egressguard.dev/policy': ir.name,
+        'egressguard.dev/class': cls.name,
+      },
+    }),
+  );
+  const yaml = (o: object): string =>
+    `---\n${stringify(o, { lineWidth: 0, aliasDuplicateObjects: false })}`;
+  return [
+    {
+      name: ADMISSION_ARTIFACT,
+      content: `# egressguard: policy "${ir.name}". Generated; do not edit. Kubernetes 1.30 or newer.
+# Refuses a pod of a tunnel class that does not start with the tunnel gate (${GATE_ARTIFACT}), and
+# a pod relabelled into such a class: Cilium steers a new pod only after a delay, and the gate holds
+# the pod's containers until its own traffic is seen leaving by the tunnel's exit.
+${admission.map(yaml).join('')}`,
+    },
+    {
+      name: GATE_ARTIFACT,
+      content: `# egressguard: policy "${ir.name}". Generated; do not edit.
+# The init container every pod of a tunnel class lists FIRST under spec.initContainers (admission.yaml
+# refuses the pod otherwise). It asks the echo service beyond the tunnel which address it sees and
+# exits once that is the tunnel's exit, so the pod's own containers start only once Cilium steers it.
+${gated
+  .map(
+    ({ cls, exit }) =>
+      `# Class "${cls.name}" (tunnel ${cls.via.kind === 'tunnel' ? cls.via.interface : ''}, exit ${exit.addresses.join(', ')}):\n${yaml(gateContainer(exit))}`,
+  )
+  .join('')}`,
+    },
+  ];
 }
 
 function renderManifests(

@@ -14,7 +14,13 @@ import {
 } from '../../ir/index.js';
 import { loadPolicy } from '../../policy/index.js';
 import { generatePodBoundaryPackets, type PodTestPacket } from '../boundary-packets.js';
-import { createCiliumCompiler, MANIFESTS_ARTIFACT } from './cilium-compiler.js';
+import { evaluate as evaluateCel } from '@marcbachmann/cel-js';
+import {
+  ADMISSION_ARTIFACT,
+  createCiliumCompiler,
+  GATE_ARTIFACT,
+  MANIFESTS_ARTIFACT,
+} from './cilium-compiler.js';
 import type {
   CiliumEgressGatewayPolicy,
   CiliumManifest,
@@ -26,9 +32,17 @@ import {
   type ModelNode,
   type ModelPod,
   type ModelProtocol,
-  type ModelService,
 } from './cilium-model.js';
-import type { ModelNodeNetwork, ModelRoute, ModelRule } from './node-routing-model.js';
+import {
+  API_SERVICE,
+  DNS_POD,
+  DNS_SERVICE,
+  gatewayLabels,
+  gatewayNetwork,
+  type Steering,
+  WORKER_IP,
+  workerNode,
+} from './model-cluster.js';
 
 /*
  * The differential test of the cilium backend: for every example with Kubernetes classes, the
@@ -40,7 +54,6 @@ import type { ModelNodeNetwork, ModelRoute, ModelRule } from './node-routing-mod
 
 const VALID = fileURLToPath(new URL('../../../testdata/policies/valid', import.meta.url));
 const PACKETS = 2500;
-const WORKER_IP = '192.168.1.22';
 // The model knows these four; the compiler's pieces for other protocols (GRE, ESP) are written
 // as an L3 allow or deny without ports, which the model checks through TCP and UDP alike.
 const PROTOCOLS = ['tcp', 'udp', 'icmp', 132] as const;
@@ -61,76 +74,6 @@ function examplesWithPods(): Example[] {
       const facts = readHostFacts(join(dir, 'facts.json'));
       return [{ name, ir: lowerForHost(parsed.policy, facts), facts }];
     });
-}
-
-interface Steering {
-  rules: { family: 4 | 6; from: string; table: number; priority: number }[];
-  routes: {
-    family: 4 | 6;
-    table: number;
-    type: string;
-    destination: string;
-    device?: string;
-    metric: number;
-  }[];
-}
-
-/** The gateway node as the model sees it: the facts' devices and routes plus our steering. */
-function gatewayNetwork(
-  facts: HostFacts,
-  steering: Steering | undefined,
-  tunnels: readonly string[],
-  state: 'up' | 'down',
-): ModelNodeNetwork {
-  const devices = facts.interfaces
-    // Tunnel down = deleted: its device, addresses and routes are gone.
-    .filter((i) => state === 'up' || !tunnels.includes(i.name))
-    .map((i) => ({ name: i.name, up: i.up, addresses: [...i.addresses] }));
-  const main: ModelRoute[] = facts.routes.map((r) => ({
-    to:
-      r.destination === 'default'
-        ? r.gateway?.includes(':') === true
-          ? '::/0'
-          : '0.0.0.0/0'
-        : r.destination,
-    dev: r.interface,
-  }));
-  const tables: Record<string, ModelRoute[]> = { main };
-  // Routes sorted by metric: the model takes the first of equal prefixes, the kernel the lowest metric.
-  // `throw` routes are left out: they only matter for excepted destinations, which the egress
-  // gateway does not steer.
-  for (const route of [...(steering?.routes ?? [])].sort((a, b) => a.metric - b.metric)) {
-    if (route.type === 'throw') continue;
-    const list = (tables[String(route.table)] ??= []);
-    list.push(
-      route.type === 'unicast'
-        ? { to: route.destination, dev: route.device ?? '' }
-        : { to: route.destination, type: route.type as 'blackhole' },
-    );
-  }
-  const rules: ModelRule[] = (steering?.rules ?? []).map((r) => ({
-    priority: r.priority,
-    from: r.from,
-    table: String(r.table),
-  }));
-  return { devices, tables, rules };
-}
-
-function workerNode(): ModelNode {
-  return {
-    name: 'k3s-worker-1',
-    labels: { 'kubernetes.io/hostname': 'k3s-worker-1' },
-    internalIPs: [WORKER_IP],
-    network: {
-      devices: [{ name: 'eth0', up: true, addresses: [`${WORKER_IP}/24`] }],
-      tables: {
-        main: [
-          { to: '192.168.1.0/24', dev: 'eth0' },
-          { to: '0.0.0.0/0', dev: 'eth0' },
-        ],
-      },
-    },
-  };
 }
 
 /**
@@ -157,43 +100,30 @@ function podsFor(classes: readonly HostPodClassIR[], gateway: string): ModelPod[
   ];
 }
 
-// k3s's cluster DNS: CoreDNS behind the ClusterIP 10.43.0.10.
-const DNS_POD = {
-  name: 'coredns',
-  namespace: 'kube-system',
-  labels: { 'k8s-app': 'kube-dns' },
-  ips: ['10.42.0.5'],
-};
-const DNS_SERVICE: ModelService = {
-  name: 'kube-dns',
-  namespace: 'kube-system',
-  clusterIPs: ['10.43.0.10'],
-  ports: [
-    { protocol: 'udp', port: 53, targetPort: 53 },
-    { protocol: 'tcp', port: 53, targetPort: 53 },
-  ],
-  backends: DNS_POD.ips,
-};
-// The API server runs on the gateway node (a k3s server): its service's backend is a node.
-const API_SERVICE = (gatewayIp: string): ModelService => ({
-  name: 'kubernetes',
-  namespace: 'default',
-  clusterIPs: ['10.43.0.1'],
-  ports: [{ protocol: 'tcp', port: 443, targetPort: 6443 }],
-  backends: [gatewayIp],
-});
-
-function gatewayLabels(ir: HostIR): Record<string, string> {
-  const labels: Record<string, string> = {};
-  for (const c of ir.podClasses) {
-    if (c.killSwitch !== null) labels[c.killSwitch.nodeLabel.key] = c.killSwitch.nodeLabel.value;
-  }
-  return labels;
-}
-
 interface Compiled {
   readonly manifests: CiliumManifest[];
   readonly steering: Steering | undefined;
+  /** The tunnel gate init containers (tunnel-gate.yaml), in class order. */
+  readonly gates: readonly GateContainer[];
+  /** The admission policies and bindings (admission.yaml). */
+  readonly admission: readonly AdmissionObject[];
+}
+
+interface GateContainer {
+  readonly name: string;
+  readonly image: string;
+  readonly command: readonly string[];
+}
+
+interface AdmissionObject {
+  readonly kind: string;
+  readonly spec: {
+    readonly matchConstraints?: {
+      readonly objectSelector?: { readonly matchLabels?: Record<string, string> };
+      readonly namespaceSelector?: { readonly matchLabels?: Record<string, string> };
+    };
+    readonly validations?: readonly { readonly expression: string; readonly message: string }[];
+  };
 }
 
 function compileFor(example: Example, version: string): Compiled | undefined {
@@ -206,10 +136,16 @@ function compileFor(example: Example, version: string): Compiled | undefined {
   }
   const manifests = artifacts.find((a) => a.name === MANIFESTS_ARTIFACT);
   const steering = artifacts.find((a) => a.name === 'gateway-node.steering.json');
+  const documents = <T>(name: string): T[] =>
+    parseAllDocuments(artifacts.find((a) => a.name === name)?.content ?? '')
+      .map((d) => d.toJS() as T)
+      .filter((d) => d !== null);
   if (manifests === undefined) throw new Error('no manifests');
   return {
     manifests: parseAllDocuments(manifests.content).map((d) => d.toJS() as CiliumManifest),
     steering: steering === undefined ? undefined : (parse(steering.content) as Steering),
+    gates: documents<GateContainer>(GATE_ARTIFACT),
+    admission: documents<AdmissionObject>(ADMISSION_ARTIFACT),
   };
 }
 
@@ -262,22 +198,23 @@ function clusterModel(example: Example, compiled: Compiled, version: string) {
   return { model, pods, cluster, gatewayNode };
 }
 
+interface Judged {
+  readonly identity: boolean;
+  readonly ir: Outcome;
+  readonly model: Outcome & { readonly detail: string };
+}
+
 /**
- * Runs the packets through the model in the order a cluster lives it: manifests applied with the
- * tunnel up; the tunnel deleted and the label removed; the tunnel back, the label restored and
- * the egress gateway policy re-applied (Cilium caches the egress IP).
+ * Judges one packet from a pod (the class's probe pod unless another is given) through the model
+ * as it stands and through the IR evaluator, in the tunnel state the packet names (or `irTunnel`:
+ * what the IR must answer for the model's present state).
  */
-function runDifferential(
+function createJudge(
   example: Example,
-  compiled: Compiled,
-  version: string,
-  packets: readonly PodTestPacket[],
-): {
-  disagreements: Disagreement[];
-  compared: number;
-  inCluster: { allow: number; deny: number };
-} {
-  const { model, pods, cluster, gatewayNode } = clusterModel(example, compiled, version);
+  model: CiliumModel,
+  pods: readonly ModelPod[],
+  cluster: ModelCluster,
+): (p: PodTestPacket, options?: { pod?: ModelPod; irTunnel?: 'up' | 'down' }) => Judged {
   // What the model maps to an identity for a pod on the worker: pods, nodes, ClusterIPs.
   const identities = AddressSet.parse([
     ...pods.flatMap((p) => p.ips.map((ip) => `${ip}/32`)),
@@ -285,16 +222,12 @@ function runDifferential(
     ...DNS_SERVICE.clusterIPs.map((ip) => `${ip}/32`),
   ]);
   const view = createHostView(example.facts);
-  const disagreements: Disagreement[] = [];
-  let compared = 0;
-  const inCluster = { allow: 0, deny: 0 };
-  const judge = (p: PodTestPacket): void => {
-    const to = formatAddress(p.packet.family, p.packet.destination);
-    const pod = pods.find((x) => x.name === `probe-${p.podClass}`);
+  return (p, options = {}) => {
+    const pod = options.pod ?? pods.find((x) => x.name === `probe-${p.podClass}`);
     if (pod === undefined) throw new Error(`no pod for ${p.podClass}`);
     const verdict = model.evaluate({
       from: { namespace: pod.namespace, name: pod.name },
-      to,
+      to: formatAddress(p.packet.family, p.packet.destination),
       protocol: p.packet.protocol === 132 ? 'sctp' : (p.packet.protocol as ModelProtocol),
       ...(p.packet.port === undefined ? {} : { port: p.packet.port }),
       ...(p.packet.icmpType === undefined ? {} : { icmpType: p.packet.icmpType }),
@@ -321,19 +254,57 @@ function runDifferential(
     // the IR does (the compiler writes them as toEndpoints and entities), and they stay in the
     // cluster whatever the tunnel does.
     const identity = identities.contains(p.packet.family, p.packet.destination);
-    compared++;
     const explanation = evaluatePodPacket(example.ir, view, {
       podClass: p.podClass,
       packet: p.packet,
-      state: p.state,
+      state: { tunnel: options.irTunnel ?? p.state.tunnel },
     });
+    // An address of the service CIDR that no service holds: the IR cannot know which those are
+    // (it gives the pods' verdict, as for a ClusterIP); nothing translates it, and the manifests
+    // must drop it rather than let the pod's node route it out (the egress gateway excludes it).
+    const unheld =
+      !identity &&
+      example.ir.cluster?.services.contains(p.packet.family, p.packet.destination) === true &&
+      !API_SERVICE('').clusterIPs.includes(formatAddress(p.packet.family, p.packet.destination));
     const irOutcome: Outcome =
-      explanation.verdict === 'deny'
+      explanation.verdict === 'deny' || unheld
         ? { verdict: 'deny', path: null }
         : { verdict: 'allow', path: identity ? 'in-cluster' : (explanation.via ?? 'pod-node') };
-    if (identity) inCluster[irOutcome.verdict]++;
-    if (irOutcome.verdict !== modelOutcome.verdict || irOutcome.path !== modelOutcome.path) {
-      disagreements.push({ packet: p, to, ir: irOutcome, model: modelOutcome });
+    return { identity, ir: irOutcome, model: modelOutcome };
+  };
+}
+
+function differs(judged: Judged): boolean {
+  return judged.ir.verdict !== judged.model.verdict || judged.ir.path !== judged.model.path;
+}
+
+/**
+ * Runs the packets through the model in the order a cluster lives it: manifests applied with the
+ * tunnel up; the tunnel deleted and the label removed; the tunnel back, the label restored and
+ * the egress gateway policy re-applied (Cilium caches the egress IP).
+ */
+function runDifferential(
+  example: Example,
+  compiled: Compiled,
+  version: string,
+  packets: readonly PodTestPacket[],
+): {
+  disagreements: Disagreement[];
+  compared: number;
+  inCluster: { allow: number; deny: number };
+} {
+  const { model, pods, cluster, gatewayNode } = clusterModel(example, compiled, version);
+  const judgeOne = createJudge(example, model, pods, cluster);
+  const disagreements: Disagreement[] = [];
+  let compared = 0;
+  const inCluster = { allow: 0, deny: 0 };
+  const judge = (p: PodTestPacket): void => {
+    const judged = judgeOne(p);
+    compared++;
+    if (judged.identity) inCluster[judged.ir.verdict]++;
+    if (differs(judged)) {
+      const to = formatAddress(p.packet.family, p.packet.destination);
+      disagreements.push({ packet: p, to, ir: judged.ir, model: judged.model });
     }
   };
   const up = packets.filter((p) => p.state.tunnel === 'up');
@@ -427,6 +398,17 @@ describe('cilium backend against the model of Cilium (differential)', () => {
         );
         expect(disagreements, describeDisagreements(disagreements)).toEqual([]);
         expect(compared).toBe(packets.length);
+        // Addresses of the service CIDR no service holds are among them (dropped, never routed).
+        const services = example.ir.cluster?.services;
+        expect(
+          packets.filter(
+            (p) =>
+              services?.contains(p.packet.family, p.packet.destination) === true &&
+              !DNS_SERVICE.clusterIPs.includes(
+                formatAddress(p.packet.family, p.packet.destination),
+              ),
+          ).length,
+        ).toBeGreaterThan(services === undefined ? -1 : 10);
         // In-cluster destinations are judged by the rules, not allowed wholesale: both verdicts.
         expect(inCluster.allow).toBeGreaterThan(20);
         expect(inCluster.deny).toBeGreaterThan(20);
@@ -562,5 +544,220 @@ describe('cilium backend against the model of Cilium (differential)', () => {
       const { disagreements } = runDifferential(example, mutated, '1.18', packets);
       expect(disagreements.length).toBeGreaterThan(0);
     });
+  });
+});
+
+/** Whether a pod's object passes the generated admission policies (validations by real CEL). */
+function admissionRefusals(
+  admission: readonly AdmissionObject[],
+  pod: { namespace: string; labels: Record<string, string>; spec: object },
+): string[] {
+  const contains = (wanted: Record<string, string> | undefined, have: Record<string, string>) =>
+    Object.entries(wanted ?? {}).every(([k, v]) => have[k] === v);
+  return admission
+    .filter((a) => a.kind === 'ValidatingAdmissionPolicy')
+    .filter(
+      (a) =>
+        contains(a.spec.matchConstraints?.objectSelector?.matchLabels, pod.labels) &&
+        contains(a.spec.matchConstraints?.namespaceSelector?.matchLabels, {
+          'kubernetes.io/metadata.name': pod.namespace,
+        }),
+    )
+    .flatMap((a) =>
+      (a.spec.validations ?? []).flatMap((v) =>
+        evaluateCel(v.expression, {
+          object: { metadata: { namespace: pod.namespace, labels: pod.labels }, spec: pod.spec },
+        }) === true
+          ? []
+          : [v.message],
+      ),
+    );
+}
+
+describe('the unsteered window of a tunnel class', () => {
+  const example = examples.find((e) => e.name === 'k3s-vpn-egress');
+  if (example === undefined) throw new Error('k3s-vpn-egress is missing');
+  const compiled = compileFor(example, '1.18');
+  if (compiled === undefined) throw new Error('k3s-vpn-egress does not compile');
+  const cls = example.ir.podClasses.find((c) => c.via.kind === 'tunnel');
+  if (cls === undefined || cls.via.kind !== 'tunnel') throw new Error('no tunnel class');
+  const tunnel = cls.via.interface;
+  const exit = example.ir.cluster?.tunnelExits[tunnel];
+  if (exit === undefined) throw new Error('no tunnel exit in the facts');
+  const echo = new URL(exit.echoUrl);
+  const up = packetsFor(example).filter((p) => p.podClass === cls.name && p.state.tunnel === 'up');
+  const steeringName = `egressguard-${example.ir.name}-${cls.name}`;
+  const app = { name: 'app', image: 'registry.example/app:1' };
+
+  /**
+   * A new pod of the class, started on the worker before Cilium programmed its egress gateway
+   * entry (EGW doc, "Delay for enforcement of egress policies on new pods"), as its owner writes
+   * it: the gate first when the compile wrote one. Kubernetes starts the app only after the gate
+   * exited 0, which it does when the echo service beyond the tunnel sees the tunnel's exit. The
+   * gate's own request is judged by the model like any packet.
+   */
+  function startNewPod(artifacts: Compiled) {
+    const { model, pods, cluster } = clusterModel(example as Example, artifacts, '1.18');
+    const judge = createJudge(example as Example, model, pods, cluster);
+    const gate = artifacts.gates[0];
+    const fresh: ModelPod = {
+      name: 'fresh-vpn',
+      namespace: 'apps',
+      labels: { ...(cls as HostPodClassIR).selector.labels },
+      ips: ['10.42.2.77'],
+      node: 'k3s-worker-1',
+      egressGatewayPending: true,
+    };
+    model.setPods([...pods, fresh]);
+    const spec = { initContainers: gate === undefined ? [] : [gate], containers: [app] };
+    const refusals = admissionRefusals(artifacts.admission, {
+      ...fresh,
+      labels: { ...fresh.labels },
+      spec,
+    });
+    const gateSees = (): string => {
+      const verdict = model.evaluate({
+        from: { namespace: fresh.namespace, name: fresh.name },
+        to: echo.hostname,
+        protocol: 'tcp',
+        port: Number(echo.port),
+      });
+      const e = verdict.egress;
+      if (e.kind !== 'leaves') return 'nothing';
+      return e.path === 'egress-gateway' && e.device === tunnel
+        ? ((exit as { addresses: readonly string[] }).addresses[0] ?? '')
+        : `the WAN (${e.sourceAddress} by ${e.device})`;
+    };
+    const appRuns = (): boolean =>
+      gate === undefined ||
+      (exit as { addresses: readonly string[] }).addresses.includes(gateSees());
+    /** Packets the app sends now: those that leave by the pod's node although the IR steers them. */
+    const unsteered = (): Judged[] => {
+      if (!appRuns()) return [];
+      return up
+        .map((p) => judge(p, { pod: fresh }))
+        .filter((j) => j.ir.path === tunnel && j.model.path === 'pod-node');
+    };
+    const pending = { gateSaw: gateSees(), appRuns: appRuns(), unsteered: unsteered() };
+    // The agent resolved the pod's identity: the egress gateway programs it.
+    model.setPods([...pods, { ...fresh, egressGatewayPending: false }]);
+    const programmed = {
+      gateSaw: gateSees(),
+      appRuns: appRuns(),
+      disagreements: up
+        .map((p) => judge(p, { pod: { ...fresh, egressGatewayPending: false } }))
+        .filter(differs),
+    };
+    return { refusals, pending, programmed };
+  }
+
+  it('holds a new pod behind the gate until Cilium steers it, then agrees with the IR', () => {
+    const run = startNewPod(compiled);
+    expect(run.refusals).toEqual([]);
+    // Before Cilium programs the pod, its gate's request leaves by the worker's uplink, which is
+    // the residual: one request to the echo service, no workload traffic.
+    expect(run.pending.gateSaw).toMatch(/^the WAN/);
+    expect(run.pending.appRuns).toBe(false);
+    expect(run.pending.unsteered).toEqual([]);
+    expect(run.programmed.gateSaw).toBe(exit.addresses[0]);
+    expect(run.programmed.appRuns).toBe(true);
+    expect(run.programmed.disagreements).toEqual([]);
+  });
+
+  it('without the gate (the compile before it), a new pod sends unsteered through its node', () => {
+    const run = startNewPod({ ...compiled, gates: [], admission: [] });
+    expect(run.pending.appRuns).toBe(true);
+    expect(run.pending.unsteered.length).toBeGreaterThan(10);
+    for (const j of run.pending.unsteered)
+      expect(j.model.detail).toMatch(/^pod-not-yet-programmed/);
+  });
+
+  it('admits a pod of the class only with the gate first and as generated, never on the host network', () => {
+    const gate = compiled.gates[0];
+    if (gate === undefined) throw new Error('no gate');
+    const labels = { ...cls.selector.labels };
+    const refused = (spec: object, podLabels: Record<string, string> = labels) =>
+      admissionRefusals(compiled.admission, { namespace: 'apps', labels: podLabels, spec });
+    expect(refused({ initContainers: [gate], containers: [app] })).toEqual([]);
+    expect(refused({ containers: [app] })).toHaveLength(1);
+    expect(
+      refused({ initContainers: [{ name: 'setup', image: 'x' }, gate], containers: [app] }),
+    ).toHaveLength(1);
+    const edited = { ...gate, command: ['sh', '-c', 'exit 0'] };
+    expect(refused({ initContainers: [edited], containers: [app] })).toHaveLength(1);
+    expect(
+      refused({ initContainers: [{ ...gate, image: 'busybox:latest' }], containers: [app] }),
+    ).toHaveLength(1);
+    expect(
+      refused({ initContainers: [{ ...gate, restartPolicy: 'Always' }], containers: [app] }),
+    ).toHaveLength(1);
+    expect(refused({ hostNetwork: true, initContainers: [gate], containers: [app] })).toHaveLength(
+      1,
+    );
+    // A pod of no class is none of its business.
+    expect(refused({ containers: [app] }, { app: 'web' })).toEqual([]);
+  });
+
+  /** The class's packets with the steering policy gone or refused: as with the tunnel down. */
+  function withoutSteering(artifacts: Compiled, change: (model: CiliumModel) => void): Judged[] {
+    const { model, pods, cluster } = clusterModel(example as Example, artifacts, '1.18');
+    change(model);
+    const judge = createJudge(example as Example, model, pods, cluster);
+    return up.map((p) => judge(p, { irTunnel: 'down' })).filter(differs);
+  }
+  const steering = compiled.manifests.find(
+    (m): m is CiliumEgressGatewayPolicy =>
+      m.kind === 'CiliumEgressGatewayPolicy' && m.metadata.name === steeringName,
+  );
+  if (steering === undefined) throw new Error('no steering policy');
+  const refusedSteering: CiliumEgressGatewayPolicy = {
+    ...steering,
+    spec: {
+      ...steering.spec,
+      egressGateway: { ...steering.spec.egressGateway, egressIP: '10.200.0.2' },
+    },
+  };
+
+  it('drops the class as with the tunnel down when the steering policy is deleted', () => {
+    expect(up.length).toBeGreaterThan(500);
+    expect(
+      withoutSteering(compiled, (m) => {
+        m.delete('CiliumEgressGatewayPolicy', steeringName);
+      }),
+    ).toEqual([]);
+  });
+
+  it('drops the class as with the tunnel down when the steering policy is re-created so that Cilium ignores it', () => {
+    const result = withoutSteering(compiled, (m) => {
+      m.delete('CiliumEgressGatewayPolicy', steeringName);
+      m.apply(refusedSteering);
+    });
+    expect(result).toEqual([]);
+  });
+
+  it('keeps steering by the last accepted version when Cilium refuses an update of the policy', () => {
+    const { model, pods, cluster } = clusterModel(example, compiled, '1.18');
+    model.apply(refusedSteering);
+    const judge = createJudge(example, model, pods, cluster);
+    expect(up.map((p) => judge(p)).filter(differs)).toEqual([]);
+    const verdict = model.evaluate({
+      from: { namespace: 'apps', name: `probe-${cls.name}` },
+      to: '203.0.113.7',
+      protocol: 'tcp',
+      port: 443,
+    });
+    expect(verdict.ignoredEgressGatewayPolicies).toEqual([steeringName]);
+  });
+
+  it('without the backstop (the compile before it), a deleted steering policy lets the class leave by its node', () => {
+    const bare: Compiled = {
+      ...compiled,
+      manifests: compiled.manifests.filter((m) => !m.metadata.name.endsWith('-backstop')),
+    };
+    const leaks = withoutSteering(bare, (m) => {
+      m.delete('CiliumEgressGatewayPolicy', steeringName);
+    });
+    expect(leaks.length).toBeGreaterThan(100);
+    for (const j of leaks) expect(j.model.path).toBe('pod-node');
   });
 });

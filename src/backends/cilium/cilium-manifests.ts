@@ -7,6 +7,12 @@
 
 export const CILIUM_API_VERSION = 'cilium.io/v2';
 
+/**
+ * The annotation whose change re-applies an egress gateway policy (the resident after the tunnel
+ * returns, the chainsaw suite after its faults): one name, so both write the same key.
+ */
+export const REAPPLIED_ANNOTATION = 'egressguard.dev/reapplied-at';
+
 export interface LabelSelectorRequirement {
   readonly key: string;
   readonly operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist';

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type {
+  CiliumEgressGatewayPolicy,
   CiliumClusterwideNetworkPolicy,
   CiliumNetworkPolicy,
   NetworkPolicyRule,
@@ -621,7 +622,7 @@ describe('CiliumModel: egress gateway', () => {
     });
   });
 
-  it('lets a new pod leave unsteered until programmed; only a network policy closes that window', () => {
+  it('lets a new pod leave unsteered until programmed; a network policy cannot tell that traffic from steered traffic', () => {
     const pending = PODS.map((p) =>
       p.name === 'vpn-a' ? { ...p, egressGatewayPending: true } : p,
     );
@@ -836,5 +837,89 @@ describe('CiliumModel: in-cluster destinations and ClusterIP services', () => {
   it('refuses a ClusterIP on a port the service does not serve rather than guess', () => {
     const model = withServices();
     expect(() => model.evaluate(packet('apps/vpn-a', '10.43.0.10', 'tcp', 80))).toThrow(ModelError);
+  });
+
+  it('drops a packet to a ClusterIP whose service has no backend before policy (DROP_NO_SERVICE)', () => {
+    const model = new CiliumModel(
+      cluster({
+        services: [
+          {
+            name: 'idle',
+            namespace: 'apps',
+            clusterIPs: ['10.43.0.99'],
+            ports: [{ protocol: 'tcp', port: 80, targetPort: 8080 }],
+            backends: [],
+          },
+        ],
+      }),
+    );
+    const verdict = model.evaluate(packet('apps/vpn-a', '10.43.0.99', 'tcp', 80));
+    expect(verdict.networkPolicy.reason).toBe('not-reached');
+    expect(verdict.egress).toEqual({
+      kind: 'dropped',
+      reason: 'DROP_NO_SERVICE',
+      node: 'worker-1',
+      detail: 'Service apps/idle has no backend',
+    });
+  });
+});
+
+describe('CiliumModel: two egress gateway policies for one pod (steering and backstop)', () => {
+  const NO_NODE = {
+    matchExpressions: [
+      { key: 'egressguard.dev/no-gateway', operator: 'Exists' as const },
+      { key: 'egressguard.dev/no-gateway', operator: 'DoesNotExist' as const },
+    ],
+  };
+  const backstop = (): CiliumEgressGatewayPolicy => {
+    const base = vpnEgressGatewayPolicy({
+      destinationCIDRs: ['0.0.0.0/0'],
+      egressGateway: { nodeSelector: NO_NODE },
+    });
+    return { ...base, metadata: { ...base.metadata, name: 'egressguard-vpn-backstop' } };
+  };
+  const steering = (): CiliumEgressGatewayPolicy =>
+    vpnEgressGatewayPolicy({ destinationCIDRs: ['0.0.0.0/1', '128.0.0.0/1'] });
+
+  it('lets the longer destination prefix win, whatever the order the policies came in', () => {
+    for (const order of [
+      [steering(), backstop()],
+      [backstop(), steering()],
+    ]) {
+      const model = new CiliumModel(cluster());
+      for (const policy of order) model.apply(policy);
+      expect(model.evaluate(packet('apps/vpn-a', '203.0.113.7')).egress).toMatchObject({
+        path: 'egress-gateway',
+        egressGatewayPolicy: 'egressguard-vpn',
+      });
+    }
+  });
+
+  it('drops by the backstop, which no node can match, once the steering policy is gone', () => {
+    const model = new CiliumModel(cluster());
+    model.apply(steering());
+    model.apply(backstop());
+    model.delete('CiliumEgressGatewayPolicy', 'egressguard-vpn');
+    expect(model.evaluate(packet('apps/vpn-a', '203.0.113.7')).egress).toMatchObject({
+      kind: 'dropped',
+      reason: 'DROP_NO_EGRESS_GATEWAY',
+      egressGatewayPolicy: 'egressguard-vpn-backstop',
+    });
+  });
+
+  it('keeps the last accepted version of a policy when Cilium refuses an update of it', () => {
+    const model = new CiliumModel(cluster());
+    model.apply(steering());
+    const refused = steering();
+    model.apply({
+      ...refused,
+      spec: {
+        ...refused.spec,
+        egressGateway: { ...refused.spec.egressGateway, egressIP: '10.8.0.2' },
+      },
+    });
+    const verdict = model.evaluate(packet('apps/vpn-a', '203.0.113.7'));
+    expect(verdict.ignoredEgressGatewayPolicies).toEqual(['egressguard-vpn']);
+    expect(verdict.egress).toMatchObject({ path: 'egress-gateway', device: 'tun0' });
   });
 });

@@ -134,9 +134,10 @@ export interface NetworkPolicyVerdict {
   /**
    * - no-default-deny: no selecting rule puts egress in default deny, nothing denies: allowed;
    * - allow-rule: an egress rule allows it; deny-rule: an egressDeny rule matches (beats allows);
-   * - default-deny: the endpoint is in default deny and nothing allows it.
+   * - default-deny: the endpoint is in default deny and nothing allows it;
+   * - not-reached: the packet was refused before policy (a ClusterIP without backends).
    */
-  readonly reason: 'no-default-deny' | 'allow-rule' | 'deny-rule' | 'default-deny';
+  readonly reason: 'no-default-deny' | 'allow-rule' | 'deny-rule' | 'default-deny' | 'not-reached';
   readonly defaultDeny: boolean;
   readonly allowedBy: readonly RuleRef[];
   readonly deniedBy: readonly RuleRef[];
@@ -150,7 +151,13 @@ export type DropReason =
   /** The FIB lookup failed: no route, or a blackhole/unreachable/prohibit route. */
   | 'DROP_NO_FIB'
   /** The route's device has no carrier: the packet is lost there. Not a Cilium drop reason. */
-  | 'NO_CARRIER';
+  | 'NO_CARRIER'
+  /**
+   * A ClusterIP whose service has no backend: Cilium's socket load balancer fails the connect
+   * (bpf/bpf_sock.c __sock4_xlate_fwd: `svc->count == 0` → -EHOSTUNREACH), and its per-packet one
+   * drops it ("Service backend not found", bpf/lib/lb.h lb4_local → DROP_NO_SERVICE).
+   */
+  | 'DROP_NO_SERVICE';
 
 export type EgressOutcome =
   | { readonly kind: 'denied-by-network-policy' }
@@ -287,6 +294,8 @@ export class CiliumModel {
   private readonly networkPolicies = new Map<string, CiliumNetworkPolicyManifest>();
   private readonly egressPolicies = new Map<string, CiliumEgressGatewayPolicy>();
   private readonly gatewayConfigs = new Map<string, GatewayConfig | null>();
+  /** Updates Cilium refused while an earlier version of the policy stays in force. */
+  private readonly refusedUpdates = new Set<string>();
 
   constructor(cluster: ModelCluster, options: CiliumModelOptions = {}) {
     const text = options.ciliumVersion ?? DEFAULT_CILIUM_VERSION;
@@ -306,6 +315,20 @@ export class CiliumModel {
    */
   apply(manifest: CiliumManifest): void {
     if (manifest.kind === 'CiliumEgressGatewayPolicy') {
+      const name = manifest.metadata.name;
+      const previous = this.egressPolicies.get(name);
+      // manager.go onAddEgressPolicy: when ParseCEGP rejects a policy, the handler returns before
+      // the manager's state is touched, so an update Cilium refuses leaves the last version it
+      // accepted in force; a new policy it refuses is never added at all.
+      if (
+        ignoredBecause(manifest) !== undefined &&
+        previous !== undefined &&
+        ignoredBecause(previous) === undefined
+      ) {
+        this.refusedUpdates.add(name);
+        return;
+      }
+      this.refusedUpdates.delete(name);
       this.egressPolicies.set(manifest.metadata.name, manifest);
       this.gatewayConfigs.delete(manifest.metadata.name);
       this.deriveGatewayConfig(manifest);
@@ -326,6 +349,7 @@ export class CiliumModel {
     if (kind === 'CiliumEgressGatewayPolicy') {
       this.egressPolicies.delete(name);
       this.gatewayConfigs.delete(name);
+      this.refusedUpdates.delete(name);
     } else {
       const id =
         kind === 'CiliumNetworkPolicy' ? `${kind}/${namespace ?? ''}/${name}` : `${kind}/${name}`;
@@ -334,9 +358,13 @@ export class CiliumModel {
   }
 
   /**
-   * Replaces a node's labels. Gateway selection follows node labels at once: with no node left
-   * matching, Cilium drops (EGW doc: "If there is no match for the given set of labels, Cilium
-   * drops the traffic that matches the destination CIDR(s)").
+   * Replaces a node's labels as the egress gateway sees them: those of its CiliumNode. The manager
+   * selects gateways from CiliumNode objects (manager.go handleNodeEvent), whose labels the node's
+   * own agent copies from its Node (daemon/cmd/local_node_sync.go SyncLocalNode,
+   * pkg/nodediscovery mutateNodeResource); a Node label that never reached the CiliumNode changes
+   * nothing here. Selection follows them at once: with no node left matching, Cilium drops (EGW
+   * doc: "If there is no match for the given set of labels, Cilium drops the traffic that matches
+   * the destination CIDR(s)").
    */
   setNodeLabels(name: string, labels: Readonly<Record<string, string>>): void {
     const node = this.requireNode(name);
@@ -370,14 +398,34 @@ export class CiliumModel {
     if (pod === undefined) {
       throw new ModelError(`No pod ${packet.from.namespace}/${packet.from.name} in the model`);
     }
+    const ignored = [
+      ...[...this.egressPolicies.values()]
+        .filter((p) => ignoredBecause(p) !== undefined)
+        .map((p) => p.metadata.name),
+      ...this.refusedUpdates,
+    ].sort();
     const translated = this.translateService(packet);
+    if (translated !== undefined && 'unbacked' in translated) {
+      return {
+        networkPolicy: {
+          allowed: false,
+          reason: 'not-reached',
+          defaultDeny: false,
+          allowedBy: [],
+          deniedBy: [],
+        },
+        egress: {
+          kind: 'dropped',
+          reason: 'DROP_NO_SERVICE',
+          node: pod.node,
+          detail: `Service ${translated.unbacked} has no backend`,
+        },
+        ignoredEgressGatewayPolicies: ignored,
+      };
+    }
     const sent = translated?.packet ?? packet;
     const dst = parseAddress(sent.to);
     if (dst === undefined) throw new ModelError(`Cannot model a packet to "${packet.to}"`);
-    const ignored = [...this.egressPolicies.values()]
-      .filter((p) => ignoredBecause(p) !== undefined)
-      .map((p) => p.metadata.name)
-      .sort();
     const networkPolicy = this.evaluateNetworkPolicy(pod, dst, sent);
     const egress = networkPolicy.allowed
       ? this.evaluateEgress(pod, dst)
@@ -397,7 +445,10 @@ export class CiliumModel {
    */
   private translateService(
     packet: ModelPacket,
-  ): { packet: ModelPacket; service: NonNullable<ModelVerdict['service']> } | undefined {
+  ):
+    | { packet: ModelPacket; service: NonNullable<ModelVerdict['service']> }
+    | { unbacked: string }
+    | undefined {
     const dst = parseAddress(packet.to);
     if (dst === undefined) return undefined;
     const service = this.services.find((s) => s.clusterIPs.some((ip) => sameAddress(ip, dst)));
@@ -411,6 +462,7 @@ export class CiliumModel {
         `The model does not implement a packet to ClusterIP ${packet.to} of service ${id} on a port it does not serve (${packet.protocol}/${String(packet.port)})`,
       );
     }
+    if (service.backends.length === 0) return { unbacked: id };
     const backend = service.backends.find((b) => parseAddress(b)?.family === dst.family);
     if (backend === undefined) {
       throw new ModelError(

@@ -350,7 +350,7 @@ describe('Kubernetes API model: CiliumEgressGatewayPolicy custom objects', () =>
         version,
         plural,
         name,
-        body: { metadata: { annotations: { 'egressguard.io/reapplied-at': '1' } } },
+        body: { metadata: { annotations: { 'egressguard.dev/reapplied-at': '1' } } },
       },
       merge,
     )) as { metadata: { resourceVersion: string; generation: number } };

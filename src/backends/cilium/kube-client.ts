@@ -32,6 +32,8 @@ export interface KubeClient {
 /** What the resident reads of a CiliumEgressGatewayPolicy. */
 export interface EgressGatewayPolicyObject {
   readonly name: string;
+  /** Why Cilium refuses the policy (pkg/egressgateway/policy.go ParseCEGP), if it does. */
+  readonly refused: string | undefined;
   readonly nodeSelector: {
     readonly matchLabels: Readonly<Record<string, string>>;
     readonly matchExpressions: readonly { readonly key: string }[];
@@ -210,7 +212,10 @@ function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
   const object = item as {
     metadata?: { name?: string };
     spec?: {
+      selectors?: { podSelector?: unknown; namespaceSelector?: unknown }[];
       egressGateway?: {
+        interface?: unknown;
+        egressIP?: unknown;
         nodeSelector?: {
           matchLabels?: Record<string, string>;
           matchExpressions?: { key: string }[];
@@ -219,8 +224,21 @@ function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
     };
   };
   const selector = object.spec?.egressGateway?.nodeSelector;
+  const gateway = object.spec?.egressGateway ?? {};
+  const present = (value: unknown): boolean => typeof value === 'string' && value !== '';
+  // ParseCEGP: "cannot specify both egress IP and interface"; a selector needs a pod or a
+  // namespace selector (EGW doc: nodeSelector "cannot be used alone").
+  const refused =
+    present(gateway.interface) && present(gateway.egressIP)
+      ? 'both interface and egressIP'
+      : (object.spec?.selectors ?? []).some(
+            (s) => s.podSelector === undefined && s.namespaceSelector === undefined,
+          )
+        ? 'a selector without podSelector and namespaceSelector'
+        : undefined;
   return {
     name: object.metadata?.name ?? '',
+    refused,
     nodeSelector: {
       matchLabels: selector?.matchLabels ?? {},
       matchExpressions: selector?.matchExpressions ?? [],

@@ -1,5 +1,11 @@
 import { AddressSet, AddressSetBuilder, EgressguardError, type Family } from '../../core/index.js';
-import { carries, type ClusterIR, type HostPodClassIR, type RuleIR } from '../../ir/index.js';
+import {
+  carries,
+  type ClusterIR,
+  type ClusterPartName,
+  type HostPodClassIR,
+  type RuleIR,
+} from '../../ir/index.js';
 import type { Protocol } from '../../policy/index.js';
 
 /**
@@ -159,7 +165,7 @@ interface PieceVerdict {
   readonly decidedBy: Set<string>;
 }
 
-const PART_WORDS: Readonly<Record<keyof Omit<ClusterIR, 'kind'>, string>> = {
+const PART_WORDS: Readonly<Record<ClusterPartName, string>> = {
   pods: 'pod addresses',
   services: 'service addresses',
   nodes: 'node addresses',
@@ -223,7 +229,7 @@ export function computePodVerdicts(cls: HostPodClassIR, cluster: ClusterIR | nul
     }
   >();
   // Per part of the cluster: its verdicts (by allowed pieces), the pieces of each, their families.
-  const parts = new Map<keyof Omit<ClusterIR, 'kind'>, Map<string, PartPieces>>();
+  const parts = new Map<ClusterPartName, Map<string, PartPieces>>();
   for (const family of [4, 6] as const) {
     for (const [start, end] of addressPieces(sets, family)) {
       const verdict = verdictAt(family, start);
@@ -275,9 +281,9 @@ interface PartPieces {
 /** One verdict per part, or the error that says which rules split a part. */
 function identityVerdicts(
   cls: HostPodClassIR,
-  parts: ReadonlyMap<keyof Omit<ClusterIR, 'kind'>, ReadonlyMap<string, PartPieces>>,
+  parts: ReadonlyMap<ClusterPartName, ReadonlyMap<string, PartPieces>>,
 ): IdentityVerdict[] {
-  const one = (part: keyof Omit<ClusterIR, 'kind'>): PartPieces | undefined => {
+  const one = (part: ClusterPartName): PartPieces | undefined => {
     const byVerdict = [...(parts.get(part)?.values() ?? [])];
     if (byVerdict.length <= 1) return byVerdict[0];
     const described = byVerdict

@@ -7,9 +7,9 @@ import type {
 /**
  * Manifests shaped like the k3s-vpn-egress incident (DESIGN.md §1B), written by hand for the tests
  * of the validator and the model: pods labelled egress-class=vpn in namespace "apps" leave through
- * tun0 on the node labelled egressguard.io/gateway=vpn; the LAN is excluded.
+ * tun0 on the node labelled egressguard.dev/gateway=vpn; the LAN is excluded.
  */
-export const GATEWAY_LABEL = { key: 'egressguard.io/gateway', value: 'vpn' } as const;
+export const GATEWAY_LABEL = { key: 'egressguard.dev/gateway', value: 'vpn' } as const;
 
 export function vpnEgressGatewayPolicy(
   overrides: Partial<CiliumEgressGatewayPolicy['spec']> = {},

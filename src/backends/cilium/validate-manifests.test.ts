@@ -160,7 +160,7 @@ describe('validateManifests', () => {
         destinationCIDRs: ['0.0.0.0/0', '::/0'],
         excludedCIDRs: [],
         egressGateway: {
-          nodeSelector: { matchLabels: { 'egressguard.io/gateway': 'vpn' } },
+          nodeSelector: { matchLabels: { 'egressguard.dev/gateway': 'vpn' } },
           egressIP: '10.8.0.2',
         },
       });

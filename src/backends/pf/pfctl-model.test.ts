@@ -95,11 +95,13 @@ describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {
     const model = hostWithAnchor();
     const main = model.run(['-sr']).stdout;
     expect(model.run(['-a', OURS, '-sr']).stdout).toBe(
-      'block in quick on bridge100 inet from <vm_sources> to <blocked> label "eg:r1"\n' +
+      'block drop in quick on bridge100 inet from <vm_sources> to <blocked> label "eg:r1"\n' +
         'pass in quick on bridge100 inet from <vm_sources> to any flags S/SA keep state label "eg:r2"\n',
     );
+    // `(en0)` may hold several addresses: parse.y makes it a round-robin pool (DYNIF_MULTIADDR)
+    // and print_pool says so.
     expect(model.run(['-a', OURS, '-sn']).stdout).toBe(
-      'nat on en0 inet from <vm_sources> to any -> (en0)\n',
+      'nat on en0 inet from <vm_sources> to any -> (en0) round-robin\n',
     );
     expect(model.run(['-a', OURS, '-T', 'show', '-t', 'blocked']).stdout).toBe(
       '   198.51.100.0/24\n',

@@ -84,6 +84,8 @@ export interface PfctlModelState {
   tickets: Record<string, { rules: number; tables: number }>;
   states: PfState[];
   nextStateId: number;
+  /** Round-robin NAT pools' positions (XNU pf_pool counter), by rule; absent in older states. */
+  pools?: Record<string, number>;
   skip: string[];
   statePolicy: 'floating' | 'if-bound';
   /** Fault injection: another process begins a transaction on these anchors during our next load. */
@@ -423,7 +425,8 @@ export class PfctlModel {
   }
 
   private stateTable(): PfStateTable {
-    return { states: this.state.states, nextId: this.state.nextStateId };
+    this.state.pools ??= {};
+    return { states: this.state.states, nextId: this.state.nextStateId, pools: this.state.pools };
   }
 
   private count(result: PfEvaluation, bytes: number): void {
@@ -468,6 +471,7 @@ function passDisabled(packet: PfPacket): PfEvaluation {
     verdict: 'pass',
     returned: false,
     decidedBy: 'skip',
+    fragment: null,
     rule: null,
     label: null,
     translation: null,

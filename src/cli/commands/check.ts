@@ -8,7 +8,13 @@ import {
   type PodProbeResult,
   type ProbeResult,
 } from '../../ir/index.js';
-import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
+import {
+  formatIssue,
+  hasErrors,
+  loadPolicy,
+  unreadablePolicy,
+  type PolicyIssue,
+} from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
 import { findFactsFile } from '../../host/index.js';
 import { readHostFacts } from '../../facts/index.js';
@@ -42,6 +48,7 @@ export function runCheck(
   } else {
     for (const report of reports) printReport(report, output);
   }
+  if (reports.some((r) => unreadablePolicy(r.issues) !== undefined)) return EXIT.error;
   return reports.every((r) => r.valid) ? EXIT.ok : EXIT.failed;
 }
 
@@ -115,7 +122,9 @@ function printReport(report: FileReport, output: Output): void {
   const warnings = report.issues.length - errors;
   const counts = `${errors} error${errors === 1 ? '' : 's'}, ${warnings} warning${warnings === 1 ? '' : 's'}`;
   if (!report.valid) {
-    printLine(output, paint(output, 'red', `✗ ${report.file}: invalid (${counts})`));
+    // A policy that cannot be read is not invalid: nothing of it was seen.
+    const verdict = unreadablePolicy(report.issues) === undefined ? 'invalid' : 'cannot be read';
+    printLine(output, paint(output, 'red', `✗ ${report.file}: ${verdict} (${counts})`));
     return;
   }
   const agreeing = report.probes.filter((p) => p.agrees).length;

@@ -48,7 +48,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nStops on SIGINT or SIGTERM. Rules and routes stay in place when it stops.',
+      '\nStops on SIGINT or SIGTERM. Rules and routes stay in place when it stops. With --netns, it\nstops with an error (exit 2) at its next check once that namespace is deleted.',
     )
     .action(
       async (
@@ -236,6 +236,7 @@ async function connectGateway(
   const connection = await support.connect({
     credentials: cluster.credentials,
     node: cluster.node,
+    facts: prepared.facts,
   });
   return { connection, duties, tickMs: cluster.tickMs, listen: cluster.listen };
 }
