@@ -82,6 +82,12 @@ export interface ProofReport {
   readonly resident: readonly { time: string; action: string; message: string }[];
   /** Every measurement passed, every restore verified. */
   readonly passed: boolean;
+  /**
+   * proven: every measurement passed; failed: enforcement failed somewhere (or the policy's own
+   * probes, a restore or a scenario did); unmeasured: nothing failed, but the lab could not take
+   * every measurement (see each scenario's unmeasured probes, flows and findings).
+   */
+  readonly outcome: 'proven' | 'failed' | 'unmeasured';
   /** --strict's reasons to fail, whether or not --strict was given. */
   readonly strictProblems: readonly string[];
 }
@@ -199,7 +205,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       const result = await runScenario(env, scenario);
       results.push(result);
       progress(
-        `${result.status === 'passed' ? '✓' : result.status === 'skipped' ? '-' : '✗'} ${scenario.id} ${result.status}${result.reason === null ? '' : `: ${result.reason}`} (${(result.durationMs / 1000).toFixed(1)} s)`,
+        `${result.status === 'passed' ? '✓' : result.status === 'skipped' ? '-' : result.status === 'unmeasured' ? '?' : '✗'} ${scenario.id} ${result.status}${result.reason === null ? '' : `: ${result.reason}`} (${(result.durationMs / 1000).toFixed(1)} s)`,
       );
     }
     const resident = [...host.residentLog];
@@ -215,10 +221,15 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       only: options.only,
     });
     const strictProblems = coverage.flatMap((c) => c.strictProblems.map((p) => `${c.id}: ${p}`));
-    const passed =
-      results.every((r) => r.status === 'passed' || r.status === 'skipped') &&
-      l1.every((r) => r.mismatches.length === 0) &&
-      restores.records.every((r) => r.verified);
+    const failed =
+      results.some((r) => r.status === 'failed' || r.status === 'error') ||
+      l1.some((r) => r.mismatches.length > 0) ||
+      restores.records.some((r) => !r.verified);
+    const outcome = failed
+      ? 'failed'
+      : results.some((r) => r.status === 'unmeasured')
+        ? 'unmeasured'
+        : 'proven';
     return {
       format: 'egressguard/proof/v1',
       policy: policy.name,
@@ -238,7 +249,8 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       coverage,
       restores: restores.records,
       resident,
-      passed,
+      passed: outcome === 'proven',
+      outcome,
       strictProblems,
     };
   } finally {
