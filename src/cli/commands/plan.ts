@@ -21,13 +21,23 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
       )
       .argument('<policy>', 'policy file (YAML)')
       .option('--facts <file>', 'host facts instead of reading the live host')
-      .option('--json', 'print the plan as JSON'),
+      .option('--json', 'print the plan as JSON')
+      .option(
+        '--detailed-exitcode',
+        'exit 2 when apply would change something, 0 when not, 1 on a problem or an error',
+      ),
   )
     .addHelpText(
       'after',
-      '\nExit code 0: the plan is valid (changes or not); 1: the firewall rejects it or state is in the way.',
+      [
+        '',
+        'Exit codes: 0 the plan is valid (changes or not); 1 the firewall rejects it or state is in',
+        'the way; 2 bad usage or a runtime error. With --detailed-exitcode (as terraform plan):',
+        '0 no changes, 1 a problem or an error, 2 valid with changes.',
+      ].join('\n'),
     )
-    .action(async (file: string, opts: TargetOptions & { facts?: string; json?: boolean }) => {
+    .action(async (file: string, opts: PlanOptions) => {
+      if (opts.detailedExitcode === true) ctx.setErrorExit(EXIT.failed);
       const target = targetOf(opts);
       const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
       const plan = await planPrepared(target, prepared);
@@ -37,6 +47,8 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
           hash: prepared.hash,
           backend: prepared.backend.name,
           changes: plan.changes,
+          // By rule id and address set, when what is live is known in that detail.
+          firewall: plan.firewall ?? null,
           problems: plan.problems,
           valid: ok,
         });
@@ -50,6 +62,9 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
         for (const problem of plan.problems)
           printLine(ctx.output, paint(ctx.output, 'red', `  problem: ${problem}`));
       }
-      ctx.setExit(ok ? EXIT.ok : EXIT.failed);
+      if (!ok) ctx.setExit(EXIT.failed);
+      else ctx.setExit(opts.detailedExitcode === true && plan.changes.length > 0 ? EXIT.changes : EXIT.ok);
     });
 }
+
+type PlanOptions = TargetOptions & { facts?: string; json?: boolean; detailedExitcode?: boolean };
