@@ -34,6 +34,7 @@ import {
   type ProbeDefinition,
   type ProtocolSpec,
 } from './schema.js';
+import { findDhcpToHostDenial } from './dhcp-to-host.js';
 import { findShadowedRules } from './shadowed-rules.js';
 import { hasPorts, parseProtocol, PROTOCOL_NAMES } from './protocol.js';
 import { reportZodIssues } from './zod-issues.js';
@@ -419,6 +420,11 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
     );
   }
   checkShadowedRules(resolved, path, collector);
+  checkDhcpToHost({ origin: def.origin, ingress }, resolved, {
+    name,
+    path,
+    collector,
+  });
 
   return {
     name,
@@ -537,6 +543,22 @@ function resolveClassRules(
     }
   }
   return resolved;
+}
+
+/** Warns when the class denies its workloads' DHCP renewals to the host (dhcp-to-host.ts). */
+function checkDhcpToHost(
+  cls: Pick<PolicyClass, 'origin' | 'ingress'>,
+  resolved: readonly { index: number; rule: PolicyRule }[],
+  where: { name: string; path: Path; collector: IssueCollector },
+): void {
+  const denial = findDhcpToHostDenial({ ...cls, rules: resolved.map((r) => r.rule) });
+  if (denial === null) return;
+  const index = resolved.find((r) => r.rule.id === denial.by)?.index ?? 0;
+  where.collector.at(
+    [...where.path, 'rules', index, 'id'],
+    'dhcp-to-host-denied',
+    `Class "${where.name}" denies its workloads DHCP to the host (rule "${denial.by}") on ${denial.interfaces.join(', ')}, where the host usually serves DHCP: lease renewals (unicast) and rebinds (broadcast from the leased address) are UDP port 67 to the host, so leases lapse as they expire; allow udp port 67 to self before it`,
+  );
 }
 
 function checkShadowedRules(

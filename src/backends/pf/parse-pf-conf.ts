@@ -1873,12 +1873,15 @@ class Parser {
    * parse.y state_opt_spec: `( max N, no-sync, source-track [rule|global], max-src-states N,
    * max-src-conn N, max-src-conn-rate N/S, max-src-nodes N, overload <t> [flush [global]],
    * if-bound|floating, sloppy, pflow, <timeout> N )`, as pfctl prints them back (F93
-   * pfctl_parser.c print_rule): a plain `source-track` is `source-track global`.
+   * pfctl_parser.c print_rule): a plain `source-track` prints as `source-track global`, but is
+   * PF_SRCTRACK, not PF_SRCTRACK_GLOBAL, to the check against `max-src-nodes` (parse.y
+   * sourcetrack: the empty alternative gives `$$ = PF_SRCTRACK`).
    */
   private stateOptionList(): { options: string[]; binding: PfStateBinding | null } {
     this.expect('(');
     const found = new Map<string, string>();
     let binding: PfStateBinding | null = null;
+    let explicitGlobal = false;
     const once = (key: string, text: string, token: Token): void => {
       if (found.has(key)) this.fail(token, `state option '${key}' multiple definitions`);
       found.set(key, text);
@@ -1900,7 +1903,7 @@ class Parser {
         case 'source-track': {
           let scope = 'global';
           if (this.accept('rule')) scope = 'rule';
-          else this.accept('global');
+          else if (this.accept('global')) explicitGlobal = true;
           once('source-track', `source-track ${scope}`, token);
           break;
         }
@@ -1956,7 +1959,7 @@ class Parser {
       }
     } while (this.accept(','));
     this.expect(')');
-    if (found.has('max-src-nodes') && found.get('source-track') === 'source-track global') {
+    if (found.has('max-src-nodes') && explicitGlobal) {
       this.fail(this.lexer.peek(), "'max-src-nodes' is incompatible with 'source-track global'");
     }
     // pfctl's print order (F93 pfctl_parser.c print_rule).

@@ -852,7 +852,8 @@ class Invocation {
     const transaction: Transaction = [];
     const loads: LoadedFile[] = [];
     const problems: string[] = [];
-    let notModelled = false;
+    // Set inside loadOne: an object, so the check after the loads sees it.
+    const seen = { notModelled: false };
     const counter = { next: 0 };
 
     const loadOne = (
@@ -871,7 +872,7 @@ class Invocation {
       });
       if (loaded.load === null) {
         problems.push(formatPfConfProblems(loaded.problems));
-        notModelled ||= loaded.problems.some(isNotModelled);
+        seen.notModelled ||= loaded.problems.some(isNotModelled);
         return [];
       }
       const fromFile = loaded.conf.options.find((o) => o.name === 'ruleset-optimization');
@@ -929,7 +930,7 @@ class Invocation {
       // The transaction is rolled back (F93 pfctl.c ERRX → DIOCXROLLBACK): nothing changes.
       this.stderr += problems.join('');
       // A file the model cannot judge is not one pfctl would refuse: say so, with exit 2.
-      if (notModelled) {
+      if (seen.notModelled) {
         this.fail(
           'pfctl-model: the file uses what the model does not implement (not modelled, above): nothing loaded',
           2,
