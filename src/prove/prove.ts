@@ -10,6 +10,7 @@ import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
 import { createHostControl, type CompiledPolicy, type HostControl } from './host-control.js';
 import { createLab, type Lab } from './lab/create-lab.js';
+import { labPython } from './lab/lab-python.js';
 import { deriveProbe, expandProbes, type SkippedProbe } from './lab-probes.js';
 import { startLabServices } from './lab-services.js';
 import { messageOf } from './measure-phase.js';
@@ -341,7 +342,7 @@ async function readVersions(host: HostControl, version: string): Promise<ProofVe
     host.backend.readVersions?.(host.runner) ?? {},
     read(['uname', '-r']),
     read(['ip', '-V']),
-    read(['python3', '--version']),
+    labPython(host.runner).then((python) => read([python, '--version'])),
   ]);
   return { egressguard: version, tools, kernel, iproute2, python, node: process.version };
 }
