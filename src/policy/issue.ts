@@ -47,6 +47,7 @@ export const ISSUE_CODES = {
   'empty-network': 'warning',
   'host-bits': 'warning',
   'ipv4-mapped-address': 'warning',
+  'ingress-not-on-host': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;
