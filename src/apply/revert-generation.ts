@@ -15,6 +15,7 @@ import {
 import { findMovedTunnels } from './moved-tunnels.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { removeOwned } from './remove-generation.js';
+import { recordRevert } from './revert-record.js';
 
 /** What the revert of an unconfirmed generation did. */
 export type RevertOutcome =
@@ -69,14 +70,25 @@ export async function revertUnconfirmed(input: {
   }
 }
 
-/** The revert itself, under the host lock the caller holds (the timer; boot after a reboot). */
-export async function revertPending(input: {
+/**
+ * The revert itself, under the host lock the caller holds (the timer; boot after a reboot),
+ * recorded for `status`.
+ */
+export async function revertPending(input: RevertInput): Promise<RevertOutcome> {
+  const outcome = await revertTo(input);
+  recordRevert(input.state, input.pending, outcome);
+  return outcome;
+}
+
+interface RevertInput {
   backend: Backend;
   runner: Runner;
   state: StateDir;
   options: BackendOptions;
   pending: PendingConfirm;
-}): Promise<RevertOutcome> {
+}
+
+async function revertTo(input: RevertInput): Promise<RevertOutcome> {
   const { state, pending } = input;
   const number = pending.generation;
   const applied = readQuietly(state, FILES.applied);

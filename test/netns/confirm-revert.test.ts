@@ -85,6 +85,52 @@ describe('confirm or revert', () => {
     expect(again).toMatchObject({ changed: true, generation: 3, hash: b.hash });
   });
 
+  it('status shows the deadline while it is pending, then "reverted at T: not confirmed"', async () => {
+    const { path } = await fresh('status');
+    await apply(lab, path, POLICY_A);
+    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const pending = await status(lab, path);
+    expect(pending.pendingConfirm).toMatchObject({ generation: 2, previous: 1 });
+    const deadline = pending.pendingConfirm?.deadline ?? '';
+    expect(Date.parse(deadline)).toBeGreaterThan(Date.now());
+    const words = await cli(['status', ...target(lab, path)]);
+    expect(words.stdout).toMatch(
+      new RegExp(
+        `^  awaiting confirmation: generation 2 goes back to generation 1 at ${deadline} \\(in \\d+ s\\) unless \`egressguard confirm\` runs first$`,
+        'm',
+      ),
+    );
+
+    expect((await cli(['restore', '--unconfirmed', '2', ...target(lab, path)])).exitCode).toBe(0);
+    const reverted = await status(lab, path);
+    expect(reverted).toMatchObject({
+      condition: 'InSync',
+      generation: 1,
+      pendingConfirm: null,
+      revert: { generation: 2, deadline, outcome: 'reverted', restored: 1 },
+    });
+    const at = reverted.revert?.at ?? '';
+    expect(reverted.reasons).toContain(
+      `reverted at ${at}: not confirmed: generation 2 had to be confirmed by ${deadline}; generation 1, live before it, is applied again`,
+    );
+    // The next apply that goes in is what the host runs now: the record has said its piece.
+    await apply(lab, path, writePolicyB(path));
+    expect((await status(lab, path)).revert).toBeNull();
+  });
+
+  it('status says a reverted first apply was not confirmed, not only NotApplied', async () => {
+    const { path } = await fresh('status-first');
+    await apply(lab, path, POLICY_A, ['--confirm-within', '60s']);
+    expect((await cli(['restore', '--unconfirmed', '1', ...target(lab, path)])).exitCode).toBe(0);
+    const words = await cli(['status', ...target(lab, path)]);
+    expect(words.exitCode).toBe(3);
+    const lines = words.stdout.split('\n');
+    expect(lines[0]).toBe('NotApplied');
+    expect(lines[1]).toMatch(
+      /^ {2}reverted at \S+: not confirmed: generation 1 had to be confirmed by \S+; it was the first, so what it applied was removed$/,
+    );
+  });
+
   it('has the revert timer running before the commit: a kill right after it still reverts', async () => {
     const { path, state } = await fresh('killed');
     const a = await apply(lab, path, POLICY_A);

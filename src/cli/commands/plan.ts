@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { planPrepared, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
+import { checkMissingIngress } from '../missing-ingress.js';
 import { paint, printJson, printLine } from '../output.js';
 import {
   addTargetOptions,
@@ -40,6 +41,7 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
       if (opts.detailedExitcode === true) ctx.setErrorExit(EXIT.failed);
       const target = targetOf(opts);
       const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+      checkMissingIngress(prepared, { allowed: true, warn });
       const plan = await planPrepared(target, prepared);
       const ok = plan.problems.length === 0;
       if (opts.json === true) {
@@ -63,7 +65,10 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
           printLine(ctx.output, paint(ctx.output, 'red', `  problem: ${problem}`));
       }
       if (!ok) ctx.setExit(EXIT.failed);
-      else ctx.setExit(opts.detailedExitcode === true && plan.changes.length > 0 ? EXIT.changes : EXIT.ok);
+      else
+        ctx.setExit(
+          opts.detailedExitcode === true && plan.changes.length > 0 ? EXIT.changes : EXIT.ok,
+        );
     });
 }
 
