@@ -17,7 +17,7 @@ Exit codes:
 export async function createProgram(
   args: readonly string[],
   output: Output,
-  setExit: (code: number) => void,
+  exits: Pick<CommandContext, 'setExit' | 'setErrorExit'>,
 ): Promise<Command> {
   const program = new Command('egressguard')
     .description(
@@ -35,7 +35,7 @@ export async function createProgram(
     })
     .exitOverride();
 
-  const context: CommandContext = { output, setExit };
+  const context: CommandContext = { output, ...exits };
   await registerCommands(program, context, args);
 
   return program;
@@ -47,13 +47,19 @@ export async function main(
   output: Output = createOutput(),
 ): Promise<number> {
   let exitCode: number = EXIT.ok;
+  let errorExit: number = EXIT.error;
   try {
     if (isVersionRequest(argv.slice(2))) {
       await printVersion(output, argv.includes('--json'));
       return EXIT.ok;
     }
-    const program = await createProgram(argv.slice(2), output, (code) => {
-      exitCode = code;
+    const program = await createProgram(argv.slice(2), output, {
+      setExit: (code) => {
+        exitCode = code;
+      },
+      setErrorExit: (code) => {
+        errorExit = code;
+      },
     });
     await program.parseAsync([...argv]);
     return exitCode;
@@ -81,6 +87,6 @@ export async function main(
     if (!known && process.env['EGRESSGUARD_DEBUG'] === '1' && error instanceof Error) {
       output.err.write(`${error.stack ?? ''}\n`);
     }
-    return known && error.code === 'policy-invalid' ? EXIT.failed : EXIT.error;
+    return known && error.code === 'policy-invalid' ? EXIT.failed : errorExit;
   }
 }

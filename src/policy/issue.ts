@@ -48,6 +48,7 @@ export const ISSUE_CODES = {
   'host-bits': 'warning',
   'ipv4-mapped-address': 'warning',
   'dhcp-to-host-denied': 'warning',
+  'ingress-not-on-host': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;

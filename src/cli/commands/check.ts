@@ -3,6 +3,7 @@ import type { CommandContext } from '../command-context.js';
 import {
   createHostView,
   evaluatePodProbes,
+  findMissingIngress,
   evaluateProbes,
   lowerForHost,
   type PodProbeResult,
@@ -62,6 +63,21 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
   if (policy !== undefined && factsFile !== undefined) {
     const facts = readHostFacts(factsFile);
     const ir = lowerForHost(policy, facts);
+    for (const missing of findMissingIngress(
+      ir,
+      facts.interfaces.map((i) => i.name),
+    )) {
+      const index =
+        policy.classes.find((c) => c.name === missing.class)?.ingress.indexOf(missing.interface) ??
+        0;
+      issues.push(
+        parsed.report(
+          ['classes', missing.class, 'ingress', index],
+          'ingress-not-on-host',
+          `Ingress "${missing.interface}" of class "${missing.class}" is not an interface of host "${facts.hostname}" in ${factsFile}${missing.suggestion}: this class filters nothing there, and workloads behind the interface they really use leave unfiltered; fix the name, or keep it if the interface is created later (then apply needs --allow-missing-ingress)`,
+        ),
+      );
+    }
     results = evaluateProbes(ir, createHostView(facts), policy.requirements);
     podResults = evaluatePodProbes(ir, createHostView(facts), policy.requirements);
     for (const result of podResults) {

@@ -399,7 +399,7 @@ function readPolicyToPush(output: Output, file: string, json: boolean): string |
  * answered, never made twice. Refusals (4xx) are final.
  */
 async function callWithRetries(call: () => Promise<unknown>, key: string): Promise<unknown> {
-  const delays = [1_000, 2_000, 4_000, 8_000];
+  const delays = [500, 1_000, 2_000, 4_000];
   for (let attempt = 0; ; attempt += 1) {
     try {
       return await call();

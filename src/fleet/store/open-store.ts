@@ -16,7 +16,12 @@ import { EgressguardError } from '../../core/index.js';
 import { backoffDelay, type BackoffPolicy } from '../failure-budget.js';
 import type { Database } from './database.js';
 import { createMigrationProvider, type StoreDialect } from './migrations.js';
-import { StoreMonitor, type StoreFault, type StoreHealth } from './store-health.js';
+import {
+  StoreMonitor,
+  type ListenHealth,
+  type StoreFault,
+  type StoreHealth,
+} from './store-health.js';
 
 /** The database and how replicas sharing it wake each other. */
 export interface Store {
@@ -224,7 +229,6 @@ function openPostgres(url: string, log: (line: string) => void): StartableStore 
     connectionTimeoutMillis: 10_000,
     keepAlive: true,
   });
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const wakeups = createWakeups();
   const description = redact(url);
   const monitor = new StoreMonitor({
@@ -238,10 +242,29 @@ function openPostgres(url: string, log: (line: string) => void): StartableStore 
       wakeups.emit('*');
     },
   });
-  // An idle pooled connection that breaks (the server stopped) emits 'error' on the pool: without
-  // a listener that is an uncaught exception that ends the process.
+  // A pooled connection that breaks (the server stopped) emits 'error': on the pool while it is
+  // idle, on the client itself while a query holds it (pg-pool removes its own listener then).
+  // Either without a listener is an uncaught exception that ends the process.
   pool.on('error', (error) => {
     monitor.note(error);
+  });
+  const watched = new WeakSet<Pg.PoolClient>();
+  const db = new Kysely<Database>({
+    dialect: new PostgresDialect({
+      pool: {
+        connect: async () => {
+          const client = await pool.connect();
+          if (!watched.has(client)) {
+            watched.add(client);
+            client.on('error', (error) => {
+              monitor.note(error);
+            });
+          }
+          return client;
+        },
+        end: () => pool.end(),
+      },
+    }),
   });
   const listener = createListener({
     connect: () => {
@@ -281,7 +304,7 @@ function openPostgres(url: string, log: (line: string) => void): StartableStore 
       ]);
     },
     onWake: wakeups.onWake,
-    health: () => monitor.health,
+    health: () => ({ ...monitor.health, listen: listener.health }),
     noteFailure: (error) => monitor.note(error),
     readClock: async () => {
       const { rows } = await pool.query<{ ms: number }>(
@@ -290,7 +313,7 @@ function openPostgres(url: string, log: (line: string) => void): StartableStore 
       return Number(rows[0]?.ms);
     },
     get listenReconnects() {
-      return listener.reconnects;
+      return listener.health.reconnects;
     },
     close: async () => {
       monitor.close();
@@ -312,10 +335,11 @@ function createListener(options: {
   readonly onListening: () => void;
   readonly log: (line: string) => void;
   readonly description: string;
-}): { start(): Promise<void>; close(): Promise<void>; readonly reconnects: number } {
+}): { start(): Promise<void>; close(): Promise<void>; readonly health: ListenHealth } {
   let client: Pg.Client | undefined;
   let closed = false;
   let reconnects = 0;
+  let failedAttempts = 0;
   let timer: NodeJS.Timeout | undefined;
 
   const listen = async (): Promise<void> => {
@@ -365,6 +389,7 @@ function createListener(options: {
           },
           (error: unknown) => {
             if (closed) return;
+            failedAttempts += 1;
             options.noteFailure(error);
             relisten(failures + 1);
           },
@@ -381,8 +406,8 @@ function createListener(options: {
       clearTimeout(timer);
       await client?.end().catch(() => undefined);
     },
-    get reconnects() {
-      return reconnects;
+    get health() {
+      return { listening: client !== undefined, reconnects, failedAttempts };
     },
   };
 }

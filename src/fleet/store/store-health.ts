@@ -18,6 +18,16 @@ export interface StoreHealth {
   /** Since when (this host's clock, ms since the epoch); null while ok. */
   readonly since: number | null;
   readonly message: string | null;
+  /** PostgreSQL: the connection that hears other replicas' wake-ups. */
+  readonly listen?: ListenHealth;
+}
+
+export interface ListenHealth {
+  readonly listening: boolean;
+  /** Times it was established again after it broke. */
+  readonly reconnects: number;
+  /** Attempts to establish it again that failed. */
+  readonly failedAttempts: number;
 }
 
 // Connection faults: the socket (errno), PostgreSQL's class 08 (connection exception), 57P01-03
