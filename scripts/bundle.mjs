@@ -6,7 +6,7 @@
 // Run by `npm run build` after tsc (which type-checks and writes dist/ for the benchmarks).
 import { build } from 'esbuild';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,6 +53,21 @@ await build({
   plugins: [withoutZodLocales],
   logLevel: 'warning',
 });
+
+// What `egressguard --version` reports of the build: the commit, and whether tracked files
+// differed from it. Outside a git checkout (a tarball unpacked) the commit is unknown.
+writeFileSync(join(outdir, 'build-info.json'), `${JSON.stringify(readBuildInfo())}\n`);
+
+function readBuildInfo() {
+  const git = (...args) =>
+    execFileSync('git', args, { cwd: repo, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  try {
+    const commit = git('rev-parse', '--short=12', 'HEAD').trim();
+    return { commit, modified: git('status', '--porcelain', '--untracked-files=no').trim() !== '' };
+  } catch {
+    return { commit: null, modified: false };
+  }
+}
 
 // The cache holds what a run compiled: compile an example policy, the busiest path short of a
 // live host (policy, IR, compiler, hash).

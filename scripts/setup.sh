@@ -10,6 +10,8 @@
 #                     npm dependencies without building native addons. better-sqlite3 (the fleet's
 #                     SQLite store) takes ~80 s to compile here, the main job never opens it, and
 #                     `setup.sh` builds it later when it is missing.
+#   setup.sh --fleet-demo   what scripts/fleet-demo.sh needs: --demo's, and better-sqlite3's addon
+#                     (its controller keeps the fleet in SQLite).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -17,8 +19,9 @@ profile=full
 case "${1:-}" in
   '') ;;
   --demo) profile=demo ;;
+  --fleet-demo) profile=fleet-demo ;;
   *)
-    echo "setup.sh: unknown option \"$1\"; use no option (tests) or --demo (the main job)" >&2
+    echo "setup.sh: unknown option \"$1\"; use no option (tests), --demo (the main job) or --fleet-demo" >&2
     exit 2
     ;;
 esac
@@ -67,14 +70,14 @@ fi
 # npm writes node_modules/.package-lock.json on every install: older than package-lock.json means
 # the dependencies changed since.
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
-  if [[ $profile == demo ]]; then
+  if [[ $profile != full ]]; then
     npm ci --ignore-scripts --no-audit --no-fund
   else
     npm ci --no-audit --no-fund
   fi
 fi
-# A demo install skipped the native build; the tests open SQLite stores.
-if [[ $profile == full && ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ]]; then
+# A demo install skipped the native build; the tests and the fleet demo open SQLite stores.
+if [[ $profile != demo && ! -f node_modules/better-sqlite3/build/Release/better_sqlite3.node ]]; then
   echo "setup.sh: building better-sqlite3's native addon"
   npm rebuild better-sqlite3
 fi

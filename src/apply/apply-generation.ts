@@ -32,6 +32,7 @@ import {
   type Generation,
 } from './generation.js';
 import { clearFailure } from './failure-record.js';
+import { clearRevert } from './revert-record.js';
 
 export interface ApplyInput {
   readonly backend: Backend;
@@ -123,6 +124,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
       removeFile(input.state.file(FILES.attempt));
       removeFile(input.state.file(FILES.removed));
       clearFailure(input.state);
+      clearRevert(input.state);
       // Re-applied for good, it is confirmed; re-applied with a window, the one running stays.
       if (input.confirm === undefined && superseded !== undefined) {
         await retire(input, superseded, { keepFile: false });
@@ -258,6 +260,7 @@ export async function applyGeneration(input: ApplyInput): Promise<ApplyReport> {
     if (input.lockdown !== undefined) input.state.write(FILES.lockdown, input.lockdown);
     removeFile(input.state.file(FILES.attempt));
     clearFailure(input.state);
+    clearRevert(input.state);
     timer.add('state write', performance.now() - stateStarted);
     return {
       generation,

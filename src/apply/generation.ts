@@ -41,6 +41,8 @@ export const FILES = {
   removed: 'removed.json',
   /** The last apply that failed, or a boot that fell back to the lockdown (failure-record.ts). */
   failure: 'last-failure.json',
+  /** The last generation reverted because it was not confirmed in time (revert-record.ts). */
+  reverted: 'last-revert.json',
 } as const;
 
 /** On disk: the metadata, with each artifact in a file of its own under generations/. */

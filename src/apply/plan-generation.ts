@@ -18,11 +18,6 @@ export async function planGeneration(input: {
   artifacts: readonly Artifact[];
 }): Promise<PlanResult> {
   const context = { runner: input.runner, options: input.options };
-  const [plan, live] = await Promise.all([
-    input.backend.createApplier(context).plan(input.artifacts),
-    input.backend.createInspector(context).read(input.artifacts),
-  ]);
-  if (!live.present || live.hash !== input.hash) return plan;
   let applied: Generation | undefined;
   let unreadable = false;
   try {
@@ -30,6 +25,13 @@ export async function planGeneration(input: {
   } catch {
     unreadable = true;
   }
+  const [plan, live] = await Promise.all([
+    input.backend
+      .createApplier(context)
+      .plan(input.artifacts, applied === undefined ? {} : { applied: applied.artifacts }),
+    input.backend.createInspector(context).read(input.artifacts),
+  ]);
+  if (!live.present || live.hash !== input.hash) return plan;
   const table = input.backend.describeScope(input.options);
   let change: string | undefined;
   if (applied?.hash === input.hash) {

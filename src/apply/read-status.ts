@@ -1,7 +1,9 @@
 import { type Backend, type BackendOptions, type LiveState } from '../backends/index.js';
 import type { Runner } from '../runner/index.js';
 import { isProcessAlive, type StateDir } from '../state/index.js';
+import { readPendingConfirm, type PendingConfirm } from './confirm-timer.js';
 import { readFailure, type FailureRecord } from './failure-record.js';
+import { describePending, describeRevert, readRevert, type RevertRecord } from './revert-record.js';
 import { FILES, readAttempt, readGeneration, type Attempt, type Generation } from './generation.js';
 
 /** The one-word summary `status` leads with. */
@@ -24,6 +26,10 @@ export interface HostStatus {
    * compares live state with the applied generation, nor `status`'s exit code.
    */
   readonly failure: FailureRecord | null;
+  /** A generation applied with --confirm-within, not confirmed yet: its deadline. */
+  readonly pendingConfirm: PendingConfirm | null;
+  /** The last generation reverted because it was not confirmed in time, until an apply goes in. */
+  readonly revert: RevertRecord | null;
 }
 
 /** Compares what was applied with what is live, and says why they differ. */
@@ -91,6 +97,15 @@ export async function readStatus(input: {
   }
   if (failure !== null)
     reasons.push(`the last ${failure.operation} (${failure.at}): ${failure.message}`);
+  let pendingConfirm: PendingConfirm | null = null;
+  try {
+    pendingConfirm = readPendingConfirm(input.state) ?? null;
+  } catch (error) {
+    reasons.push((error as Error).message);
+  }
+  if (pendingConfirm !== null) reasons.push(describePending(pendingConfirm, new Date()));
+  const revert = readRevert(input.state);
+  if (revert !== null) reasons.push(describeRevert(revert));
   return {
     condition,
     reasons,
@@ -102,6 +117,8 @@ export async function readStatus(input: {
     appliedAt: applied?.appliedAt ?? null,
     live,
     failure,
+    pendingConfirm,
+    revert,
   };
 }
 

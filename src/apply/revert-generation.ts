@@ -15,6 +15,7 @@ import {
 import { findMovedTunnels } from './moved-tunnels.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { removeOwned } from './remove-generation.js';
+import { recordRevert } from './revert-record.js';
 
 /** What the revert of an unconfirmed generation did. */
 export type RevertOutcome =
@@ -44,11 +45,15 @@ export async function revertUnconfirmed(input: {
   generation: number;
   /** How long to wait for the host lock (default 60 s). */
   lockWaitMs?: number;
+  /** Told once when the lock is found held: what holds it (the timer's log says why it waits). */
+  onLockWait?: (message: string, timeoutMs: number) => void;
 }): Promise<RevertOutcome> {
   const { state, generation: number } = input;
   // The lock may be held for a while (an apply, `run` repairing): the revert must still happen.
+  const timeoutMs = input.lockWaitMs ?? REVERT_LOCK_WAIT_MS;
   const lock = await acquireHostLockWaiting(state, `revert unconfirmed generation ${number}`, {
-    timeoutMs: input.lockWaitMs ?? REVERT_LOCK_WAIT_MS,
+    timeoutMs,
+    onWait: (message) => input.onLockWait?.(message, timeoutMs),
   });
   try {
     const pending = readPendingConfirm(state);
@@ -65,14 +70,25 @@ export async function revertUnconfirmed(input: {
   }
 }
 
-/** The revert itself, under the host lock the caller holds (the timer; boot after a reboot). */
-export async function revertPending(input: {
+/**
+ * The revert itself, under the host lock the caller holds (the timer; boot after a reboot),
+ * recorded for `status`.
+ */
+export async function revertPending(input: RevertInput): Promise<RevertOutcome> {
+  const outcome = await revertTo(input);
+  recordRevert(input.state, input.pending, outcome);
+  return outcome;
+}
+
+interface RevertInput {
   backend: Backend;
   runner: Runner;
   state: StateDir;
   options: BackendOptions;
   pending: PendingConfirm;
-}): Promise<RevertOutcome> {
+}
+
+async function revertTo(input: RevertInput): Promise<RevertOutcome> {
   const { state, pending } = input;
   const number = pending.generation;
   const applied = readQuietly(state, FILES.applied);

@@ -124,6 +124,8 @@ export async function runResident(input: {
   let waitingFor: string | undefined;
   // Set when the resident stops (its signal aborted, or its watcher failed): nothing new starts.
   let stopping = false;
+  // What ends the resident with an error: its namespace is gone, so nothing it does can land.
+  let fatal: EgressguardError | undefined;
   const isStopping = (): boolean => stopping || input.signal.aborted;
   const retrySoon = (): void => {
     if (isStopping()) return;
@@ -225,6 +227,7 @@ export async function runResident(input: {
           retrySoon();
           return undefined;
         }
+        if (isNamespaceGone(error)) throw error;
         log(
           'error',
           `Cannot refresh from the policy and host facts, keeping what is applied: ${(error as Error).message}`,
@@ -340,6 +343,11 @@ export async function runResident(input: {
       .then(() => reconcile({ reason, trigger: event.kind }))
       .catch((error: unknown) => {
         log('error', `Cannot re-converge: ${(error as Error).message}`);
+        // Its watchers would keep watching an orphaned namespace nobody can reach: stop.
+        if (isNamespaceGone(error)) {
+          fatal ??= error;
+          void stop();
+        }
       })
       .finally(() => {
         working.delete(work);
@@ -378,4 +386,9 @@ export async function runResident(input: {
     // starts meanwhile (isStopping).
     while (working.size > 0) await Promise.allSettled([...working]);
   }
+  if (fatal !== undefined) throw fatal;
+}
+
+function isNamespaceGone(error: unknown): error is EgressguardError {
+  return isEgressguardError(error) && error.code === 'netns-missing';
 }

@@ -156,6 +156,43 @@ export interface PlanResult {
   readonly changes: readonly string[];
   /** Problems that would make the apply fail (a rejected ruleset, a collision). */
   readonly problems: readonly string[];
+  /**
+   * The firewall's change by policy rule id and address set, when the backend knows what is live
+   * in that detail (the generation it recorded is the one live); the lines of `changes` say it too.
+   */
+  readonly firewall?: FirewallDiff;
+}
+
+/** How the firewall's rules and address sets change, by policy id: what `plan` shows. */
+export interface FirewallDiff {
+  /** Rule ids (policy ids, implicit rules' ids such as `vpn/kill-switch`) added, removed, changed. */
+  readonly rules: {
+    readonly added: readonly string[];
+    readonly removed: readonly string[];
+    /** The same id with another match, verdict or place in its chain. */
+    readonly changed: readonly string[];
+  };
+  /** Address sets whose elements change, each named by what it is for. */
+  readonly sets: readonly SetElementsDiff[];
+}
+
+export interface SetElementsDiff {
+  /** What the set is for, as the firewall labels it (`class vpn sources`, `rule deny-blocked`). */
+  readonly set: string;
+  readonly family: 'ipv4' | 'ipv6';
+  readonly added: number;
+  readonly removed: number;
+  /** A few of each (at most 3), in the firewall's order. */
+  readonly sampleAdded: readonly string[];
+  readonly sampleRemoved: readonly string[];
+}
+
+export interface PlanOptions {
+  /**
+   * The artifacts of the generation recorded as applied: what is live when the live stamp
+   * carries its hash, so the backend can compare rule by rule. Absent: none recorded.
+   */
+  readonly applied?: readonly Artifact[];
 }
 
 export interface ApplyResult {
@@ -165,7 +202,7 @@ export interface ApplyResult {
 
 /** Effects: puts artifacts on a host (or namespace) and removes them. */
 export interface Applier {
-  plan(artifacts: readonly Artifact[]): Promise<PlanResult>;
+  plan(artifacts: readonly Artifact[], options?: PlanOptions): Promise<PlanResult>;
   /**
    * Applies atomically where the backend can. When a later step fails after the firewall
    * commit, re-applies `previous` and throws a `partially-applied` error.

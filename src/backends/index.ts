@@ -32,8 +32,11 @@ export type {
   LiveState,
   LiveTunnel,
   Observed,
+  FirewallDiff,
+  PlanOptions,
   PlanResult,
   ProveSupport,
+  SetElementsDiff,
   ScheduledTimer,
   SelftestCheck,
   SelftestSupport,
@@ -52,3 +55,4 @@ export {
 export { checkConformance, type Disagreement } from './conformance.js';
 export { artifactOfRole, compileWithHash } from './compile-with-hash.js';
 export { describeLiveProblem } from './live-problem.js';
+export { describeFirewallDiff } from './firewall-diff.js';

@@ -4,4 +4,6 @@ import type { Output } from './output.js';
 export interface CommandContext {
   readonly output: Output;
   setExit(code: number): void;
+  /** The code a runtime error ends this command with, when not 2 (`plan --detailed-exitcode`). */
+  setErrorExit(code: number): void;
 }

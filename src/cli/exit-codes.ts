@@ -5,6 +5,8 @@ export const EXIT = {
   failed: 1,
   /** Bad usage or a runtime error (unreadable facts, a command that failed). */
   error: 2,
+  /** `plan --detailed-exitcode`: valid, and apply would change something (as terraform plan). */
+  changes: 2,
   /** `status`: live state differs from what was applied (drift). */
   drift: 3,
 } as const;

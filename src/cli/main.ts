@@ -4,7 +4,7 @@ import type { CommandContext } from './command-context.js';
 import { registerCommands } from './commands/index.js';
 import { EXIT } from './exit-codes.js';
 import { createOutput, paint, type Output } from './output.js';
-import { VERSION } from '../core/index.js';
+import { isVersionRequest, printVersion } from './version-report.js';
 
 const EXIT_HELP = `
 Exit codes:
@@ -17,13 +17,16 @@ Exit codes:
 export async function createProgram(
   args: readonly string[],
   output: Output,
-  setExit: (code: number) => void,
+  exits: Pick<CommandContext, 'setExit' | 'setErrorExit'>,
 ): Promise<Command> {
   const program = new Command('egressguard')
     .description(
       'Declare which way each class of workload may leave a host, enforce it fail-closed, and prove it',
     )
-    .version(VERSION)
+    .option(
+      '-V, --version',
+      "print the version, the commit, Node.js, and each backend with its tools' versions (--json too)",
+    )
     .showHelpAfterError('(add --help for usage)')
     .addHelpText('after', EXIT_HELP)
     .configureOutput({
@@ -32,7 +35,7 @@ export async function createProgram(
     })
     .exitOverride();
 
-  const context: CommandContext = { output, setExit };
+  const context: CommandContext = { output, ...exits };
   await registerCommands(program, context, args);
 
   return program;
@@ -44,9 +47,19 @@ export async function main(
   output: Output = createOutput(),
 ): Promise<number> {
   let exitCode: number = EXIT.ok;
+  let errorExit: number = EXIT.error;
   try {
-    const program = await createProgram(argv.slice(2), output, (code) => {
-      exitCode = code;
+    if (isVersionRequest(argv.slice(2))) {
+      await printVersion(output, argv.includes('--json'));
+      return EXIT.ok;
+    }
+    const program = await createProgram(argv.slice(2), output, {
+      setExit: (code) => {
+        exitCode = code;
+      },
+      setErrorExit: (code) => {
+        errorExit = code;
+      },
     });
     await program.parseAsync([...argv]);
     return exitCode;
@@ -74,6 +87,6 @@ export async function main(
     if (!known && process.env['EGRESSGUARD_DEBUG'] === '1' && error instanceof Error) {
       output.err.write(`${error.stack ?? ''}\n`);
     }
-    return known && error.code === 'policy-invalid' ? EXIT.failed : EXIT.error;
+    return known && error.code === 'policy-invalid' ? EXIT.failed : errorExit;
   }
 }

@@ -1,6 +1,7 @@
 import { Option, type Command } from 'commander';
 import { registry, type BackendOption, type BackendOptions } from '../backends/index.js';
 import { createHostTarget, type HostTarget } from '../host/index.js';
+import { requireNamespace } from '../runner/index.js';
 
 /** Options every command that acts on a host takes; the backends' own ones come on top. */
 export interface TargetOptions {
@@ -34,8 +35,11 @@ export function addBackendOptions(
   return command;
 }
 
+/** A backend's option, listed by `--help` under a heading of the backends that take it. */
 function backendFlag(option: BackendOption, backends: readonly string[]): Option {
-  const flag = new Option(option.flag, `${option.description} (${backends.join(', ')})`);
+  const flag = new Option(option.flag, option.description).helpGroup(
+    `Options of the ${backends.join(' and ')} backend${backends.length === 1 ? '' : 's'}:`,
+  );
   return option.default === undefined ? flag : flag.default(option.default);
 }
 
@@ -52,8 +56,9 @@ export function backendOptionsOf(
   return out;
 }
 
-/** The host (or namespace) a command acts on. */
+/** The host (or namespace) a command acts on; a namespace that does not exist stops it here. */
 export function targetOf(opts: TargetOptions): HostTarget {
+  requireNamespace(opts.netns);
   return createHostTarget({
     netns: opts.netns,
     stateDir: opts.stateDir,
@@ -70,4 +75,9 @@ export function describeTarget(target: HostTarget): string {
 /** A warning on stderr (a class this host's labels leave out). */
 export function warn(message: string): void {
   process.stderr.write(`warning: ${message}\n`);
+}
+
+/** The warning of a command that found the host lock held and waits for it. */
+export function warnLockWait(message: string, timeoutMs: number): void {
+  warn(`${message}; waiting up to ${Math.round(timeoutMs / 1000)}s`);
 }

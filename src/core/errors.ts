@@ -6,6 +6,8 @@ export type ErrorCode =
   | 'facts'
   | 'command-failed'
   | 'rootns-guard'
+  /** A named network namespace (--netns) does not exist, or was deleted mid-work. */
+  | 'netns-missing'
   | 'fault-injected'
   | 'lock-held'
   | 'state-corrupt'

@@ -18,4 +18,6 @@ export { parsePrefixList, type PrefixListIssue } from './prefix-list.js';
 export { createRandom } from './random.js';
 export { packagePath } from './package-path.js';
 export { createStepTimer, type StepTimer, type StepTimings } from './step-timer.js';
-export { VERSION } from './version.js';
+export { readBuildInfo, VERSION, type BuildInfo } from './version.js';
+export { systemdQuote } from './systemd-quote.js';
+export { createPcapReader, type PcapReader, type PcapRecord } from './pcap-reader.js';

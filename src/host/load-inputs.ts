@@ -6,6 +6,7 @@ import {
   formatIssue,
   hasErrors,
   loadPolicy,
+  unreadablePolicy,
   type ParseResult,
   type Policy,
 } from '../policy/index.js';
@@ -13,6 +14,8 @@ import {
 /** Loads a policy for work that needs a valid one; an invalid policy stops with its issues. */
 export function requirePolicy(file: string): { policy: Policy; parsed: ParseResult } {
   const parsed = loadPolicy(file);
+  const unreadable = unreadablePolicy(parsed.issues);
+  if (unreadable !== undefined) throw new EgressguardError('io', unreadable.message);
   if (parsed.policy === undefined || hasErrors(parsed.issues)) {
     const errors = parsed.issues.filter((i) => i.severity === 'error');
     throw new EgressguardError(

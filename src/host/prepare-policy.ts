@@ -21,8 +21,10 @@ import {
 import {
   bindHost,
   classesNotOnHost,
+  findMissingIngress,
   lowerPolicy,
   type HostIR,
+  type MissingIngress,
   type PolicyIR,
 } from '../ir/index.js';
 import type { Policy } from '../policy/index.js';
@@ -44,6 +46,8 @@ export interface Prepared {
   readonly hash: string;
   /** What the backend says a person should know of these artifacts (also given to `warn`). */
   readonly notes: readonly string[];
+  /** Ingress interfaces of its classes that the facts do not have (a typo, or not created yet). */
+  readonly missingIngress: readonly MissingIngress[];
 }
 
 export interface PrepareInput {
@@ -147,6 +151,10 @@ export function prepareForFacts(
     lockdown: artifactOfRole(backend, artifacts, 'lockdown')?.content,
     hash,
     notes,
+    missingIngress: findMissingIngress(
+      ir,
+      facts.interfaces.map((i) => i.name),
+    ),
   };
 }
 

@@ -457,6 +457,10 @@ function egressAddress(
   if (cls.nat === null || via !== cls.via.interface) {
     return formatAddress(packet.family, packet.source);
   }
-  const own = host.interfaceAddresses.get(via)?.find((p) => p.family === packet.family);
+  // The interface's first address of the family; an IPv6 link-local one is never a source
+  // toward another network (RFC 4291 §2.5.6), so it is passed over.
+  const own = host.interfaceAddresses
+    .get(via)
+    ?.find((p) => p.family === packet.family && !LINK_LOCAL_V6.contains(6, p.start));
   return own === undefined ? null : formatAddress(own.family, own.start);
 }

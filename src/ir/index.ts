@@ -65,4 +65,5 @@ export {
   type ProbeResult,
 } from './evaluate-probes.js';
 export { gatewayLabel } from './gateway-label.js';
+export { findMissingIngress, type MissingIngress } from './missing-ingress.js';
 export { evaluatePodPacket, type PodPacket } from './evaluate-pod.js';

@@ -47,6 +47,8 @@ export const ISSUE_CODES = {
   'empty-network': 'warning',
   'host-bits': 'warning',
   'ipv4-mapped-address': 'warning',
+  'dhcp-to-host-denied': 'warning',
+  'ingress-not-on-host': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;
@@ -73,6 +75,15 @@ export function formatIssue(issue: PolicyIssue): string {
 
 export function hasErrors(issues: readonly PolicyIssue[]): boolean {
   return issues.some((i) => i.severity === 'error');
+}
+
+/**
+ * The issue saying the policy file itself could not be read (reported at its root, path ""): a
+ * runtime failure, which commands exit 2 for. A network list the policy names that cannot be
+ * read is the policy's fault (a wrong path in it), reported where it is named.
+ */
+export function unreadablePolicy(issues: readonly PolicyIssue[]): PolicyIssue | undefined {
+  return issues.find((i) => i.code === 'unreadable-file' && i.path === '');
 }
 
 export function formatPath(path: readonly (string | number)[]): string {

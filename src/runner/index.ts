@@ -1,5 +1,6 @@
 export {
   createRunner,
+  requireNamespace,
   type Runner,
   type RunnerOptions,
   type RunOptions,

@@ -1,4 +1,4 @@
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { spawn as spawnProcess, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
@@ -80,6 +80,31 @@ export interface RunnerOptions {
 }
 
 const NETNS_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/; // never a leading '-': it would be an option of ip
+
+/** Where `ip netns` keeps a named network namespace, which `nsenter --net=` opens. */
+function namespacePath(netns: string): string {
+  return `/run/netns/${netns}`;
+}
+
+/**
+ * Stops with a clear error when a named network namespace does not exist (a typo in --netns, or
+ * one deleted while egressguard worked in it), before anything is read or written for it.
+ */
+export function requireNamespace(netns: string | undefined): void {
+  if (netns === undefined || existsSync(namespacePath(netns))) return;
+  throw missingNamespace(netns);
+}
+
+function missingNamespace(netns: string, cause?: unknown): EgressguardError {
+  return new EgressguardError(
+    'netns-missing',
+    `Cannot act in network namespace "${netns}": it does not exist (no ${namespacePath(netns)})`,
+    {
+      hint: `create it with \`ip netns add ${netns}\`, or name one that \`ip netns list\` shows`,
+      ...(cause === undefined ? {} : { cause }),
+    },
+  );
+}
 
 export function createRunner(options: RunnerOptions = {}): Runner {
   const shared = {
@@ -183,6 +208,10 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
         exitCode: result.exitCode,
         durationMs: Math.round(performance.now() - started),
       });
+      // A command that could not enter its namespace never ran: allowFailure does not cover it.
+      if (result.exitCode !== 0 && netns !== undefined && !existsSync(namespacePath(netns))) {
+        throw missingNamespace(netns, result);
+      }
       if (result.exitCode !== 0 && (!options.allowFailure || result.exitCode === null)) {
         const detail = result.stderr.trim() || result.problem || 'no output';
         throw new EgressguardError(
@@ -246,7 +275,7 @@ function inNamespace(argv: readonly string[], netns: string): string[] {
   if (cmd === 'ip' && args[0] !== 'netns' && !args.includes('-n') && !args.includes('-netns')) {
     return ['ip', '-n', netns, ...args];
   }
-  return ['nsenter', `--net=/run/netns/${netns}`, '--', ...argv];
+  return ['nsenter', `--net=${namespacePath(netns)}`, '--', ...argv];
 }
 
 /**

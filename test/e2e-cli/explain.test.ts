@@ -106,7 +106,7 @@ describe('explain errors', () => {
     expect(result.stderr).toContain('Cannot read host facts "/nonexistent/facts.json"');
   });
 
-  it('refuses an invalid policy and lists its errors', async () => {
+  it('refuses a policy it cannot read: a runtime error, exit 2', async () => {
     const result = await runCli([
       'explain',
       '/nonexistent/policy.yaml',
@@ -115,7 +115,7 @@ describe('explain errors', () => {
       '--to',
       '10.0.0.2',
     ]);
-    expect(result.exitCode).toBe(1);
+    expect(result.exitCode).toBe(2);
     expect(result.stderr).toContain('Cannot read policy "/nonexistent/policy.yaml": ENOENT');
   });
 

@@ -202,7 +202,8 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     const plan = await cli(['plan', ...policy, '--pf-attach', 'stanza', '--pf-conf', conf]);
     expect(plan.exitCode, plan.stderr).toBe(0);
     expect(plan.json['changes']).toContain(
-      `~ "${conf}": one egressguard block attaching anchor "egressguard" from the next boot`,
+      // scrub-anchor, nat-anchor and anchor: one block each, among the lines of their kind.
+      `~ "${conf}": 3 egressguard blocks attaching anchor "egressguard" from the next boot`,
     );
     expect(readFileSync(conf, 'utf8')).toBe(legacy); // plan writes nothing
     const bad = await runCli(['plan', ...policy, '--pf-attach', 'conf', ...common], { env });

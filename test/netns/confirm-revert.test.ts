@@ -16,7 +16,7 @@ import {
   liveStamp,
   ownTableJson,
   routingListing,
-  sleep,
+  startCli,
   status,
   target,
   writePolicyB,
@@ -85,6 +85,52 @@ describe('confirm or revert', () => {
     expect(again).toMatchObject({ changed: true, generation: 3, hash: b.hash });
   });
 
+  it('status shows the deadline while it is pending, then "reverted at T: not confirmed"', async () => {
+    const { path } = await fresh('status');
+    await apply(lab, path, POLICY_A);
+    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const pending = await status(lab, path);
+    expect(pending.pendingConfirm).toMatchObject({ generation: 2, previous: 1 });
+    const deadline = pending.pendingConfirm?.deadline ?? '';
+    expect(Date.parse(deadline)).toBeGreaterThan(Date.now());
+    const words = await cli(['status', ...target(lab, path)]);
+    expect(words.stdout).toMatch(
+      new RegExp(
+        `^  awaiting confirmation: generation 2 goes back to generation 1 at ${deadline} \\(in \\d+ s\\) unless \`egressguard confirm\` runs first$`,
+        'm',
+      ),
+    );
+
+    expect((await cli(['restore', '--unconfirmed', '2', ...target(lab, path)])).exitCode).toBe(0);
+    const reverted = await status(lab, path);
+    expect(reverted).toMatchObject({
+      condition: 'InSync',
+      generation: 1,
+      pendingConfirm: null,
+      revert: { generation: 2, deadline, outcome: 'reverted', restored: 1 },
+    });
+    const at = reverted.revert?.at ?? '';
+    expect(reverted.reasons).toContain(
+      `reverted at ${at}: not confirmed: generation 2 had to be confirmed by ${deadline}; generation 1, live before it, is applied again`,
+    );
+    // The next apply that goes in is what the host runs now: the record has said its piece.
+    await apply(lab, path, writePolicyB(path));
+    expect((await status(lab, path)).revert).toBeNull();
+  });
+
+  it('status says a reverted first apply was not confirmed, not only NotApplied', async () => {
+    const { path } = await fresh('status-first');
+    await apply(lab, path, POLICY_A, ['--confirm-within', '60s']);
+    expect((await cli(['restore', '--unconfirmed', '1', ...target(lab, path)])).exitCode).toBe(0);
+    const words = await cli(['status', ...target(lab, path)]);
+    expect(words.exitCode).toBe(3);
+    const lines = words.stdout.split('\n');
+    expect(lines[0]).toBe('NotApplied');
+    expect(lines[1]).toMatch(
+      /^ {2}reverted at \S+: not confirmed: generation 1 had to be confirmed by \S+; it was the first, so what it applied was removed$/,
+    );
+  });
+
   it('has the revert timer running before the commit: a kill right after it still reverts', async () => {
     const { path, state } = await fresh('killed');
     const a = await apply(lab, path, POLICY_A);
@@ -123,18 +169,19 @@ describe('confirm or revert', () => {
   it('waits for the host lock while another egressguard holds it, then reverts', async () => {
     const { path } = await fresh('lock-held');
     const a = await apply(lab, path, POLICY_A);
-    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
     const holder = holdHostLock(lab, path);
-    const started = Date.now();
-    const reverting = cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]).then(
-      (result) => ({ ...result, after: Date.now() - started }),
-    );
-    await sleep(1500);
+    const reverting = startCli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    // The handshake: the revert says whom it waits for (in the timer's log on a real host).
+    await reverting.stderrMatching(/waiting up to 60s$/m);
+    expect(await liveStamp(lab)).toBe(b.hash); // nothing reverted while the lock is held
     holder.release();
-    const reverted = await reverting;
-    expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
+    const reverted = await reverting.result;
+    expect(reverted.exitCode).toBe(0);
+    expect(reverted.stderr).toMatch(
+      /^warning: Cannot revert unconfirmed generation 2: the host lock ".*" is held by pid \d+ \(repair the applied state\) since .*; waiting up to 60s$/,
+    );
     expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 1 });
-    expect(reverted.after).toBeGreaterThanOrEqual(1500);
     expect(await liveStamp(lab)).toBe(a.hash);
   });
 
@@ -188,16 +235,15 @@ describe('confirm or revert', () => {
     await apply(lab, path, POLICY_A);
     const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
     const holder = holdHostLock(lab, path, `revert unconfirmed generation ${b.generation}`);
-    const started = Date.now();
-    const confirming = cli(['confirm', ...target(lab, path)]).then((result) => ({
-      ...result,
-      after: Date.now() - started,
-    }));
-    await sleep(1000);
+    const confirming = startCli(['confirm', ...target(lab, path)]);
+    await confirming.stderrMatching(/waiting up to 30s$/m);
+    expect(pendingOf(state)).toMatchObject({ generation: 2 }); // not confirmed while it waits
     holder.release();
-    const confirmed = await confirming;
+    const confirmed = await confirming.result;
     expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 2' });
-    expect(confirmed.after).toBeGreaterThanOrEqual(1000);
+    expect(confirmed.stderr).toMatch(
+      /^warning: Cannot confirm the applied generation: the host lock ".*" is held by pid \d+ \(revert unconfirmed generation 2\) since .*; waiting up to 30s$/,
+    );
     expect(pendingOf(state)).toBeUndefined();
     expect(timerPids([path])).toEqual([]);
   });

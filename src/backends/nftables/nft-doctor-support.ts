@@ -1,5 +1,6 @@
 import { isEgressguardError } from '../../core/index.js';
 import { resolveUplink } from '../../facts/index.js';
+import { findMissingIngress } from '../../ir/index.js';
 import type { DoctorReport, DoctorSupport } from '../backend.js';
 import { createDoctorContext, diagnose, type DoctorArea } from './nft-doctor.js';
 import { readDoctorSnapshot } from './nft-doctor-gather.js';
@@ -39,6 +40,13 @@ export const nftDoctor: DoctorSupport = {
         uplinkProblem,
         policy,
         steering: ir === undefined ? undefined : buildSteering(ir, parsed.steering),
+        missingIngress:
+          ir === undefined
+            ? []
+            : findMissingIngress(
+                ir,
+                facts.interfaces.map((i) => i.name),
+              ),
       }),
     );
     const tables: DoctorReport['tables'] =

@@ -50,7 +50,10 @@ const XDP_MODES: Record<number, string> = { 1: 'driver', 2: 'generic', 3: 'offlo
  */
 export function classifyTopology(
   snapshot: Pick<DoctorSnapshot, 'links' | 'tcFilters' | 'xfrmPolicies' | 'bridgeNetfilter'>,
-  context: Pick<DoctorContext, 'uplink' | 'uplinkProblem' | 'classes' | 'tunnels'>,
+  context: Pick<
+    DoctorContext,
+    'uplink' | 'uplinkProblem' | 'classes' | 'tunnels' | 'missingIngress'
+  >,
 ): DoctorFinding[] {
   const links = Array.isArray(snapshot.links) ? (snapshot.links as IpLinkJson[]) : [];
   const byName = new Map(links.flatMap((l) => (l.ifname === undefined ? [] : [[l.ifname, l]])));
@@ -59,6 +62,16 @@ export function classifyTopology(
   const portsOf = (bridge: string): string[] =>
     links.flatMap((l) => (l.master === bridge && l.ifname !== undefined ? [l.ifname] : []));
   const findings: DoctorFinding[] = [];
+
+  for (const missing of context.missingIngress) {
+    findings.push({
+      severity: 'warning',
+      area: 'topology',
+      code: 'ingress-missing',
+      message: `Class "${missing.class}" names ingress "${missing.interface}", which this host does not have${missing.suggestion}: the class filters nothing until it appears, and workloads behind another interface leave unfiltered`,
+      hint: 'fix the name in the policy, or leave it if the interface is created later (a bridge made when the first workload starts): it is filtered from the moment it appears',
+    });
+  }
 
   if (context.uplink === null) {
     findings.push({

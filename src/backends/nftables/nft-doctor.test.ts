@@ -311,10 +311,34 @@ describe('systemd-networkd', () => {
 });
 
 describe('topology', () => {
-  const context = { uplink: 'br0', uplinkProblem: null, classes: [], tunnels: [] };
+  const context = {
+    uplink: 'br0',
+    uplinkProblem: null,
+    classes: [],
+    tunnels: [],
+    missingIngress: [],
+  };
 
   it('is quiet about a plain uplink and veth class interfaces', () => {
     expect(classifyTopology(clean, { ...context, uplink: 'eth0' })).toEqual([]);
+  });
+
+  it('warns of an ingress interface the host does not have (a typo filters nothing)', () => {
+    const findings = classifyTopology(clean, {
+      ...context,
+      uplink: 'eth0',
+      missingIngress: [
+        { class: 'containers', interface: 'docker1', suggestion: ' (did you mean "docker0"?)' },
+      ],
+    });
+    expect(findings).toEqual([
+      expect.objectContaining({
+        severity: 'warning',
+        code: 'ingress-missing',
+        message:
+          'Class "containers" names ingress "docker1", which this host does not have (did you mean "docker0"?): the class filters nothing until it appears, and workloads behind another interface leave unfiltered',
+      }),
+    ]);
   });
 
   it('sees the uplink bridged whether the bridge or its port carries the default route', () => {

@@ -1,4 +1,4 @@
-import type { PolicyIR } from '../../ir/index.js';
+import type { MissingIngress, PolicyIR } from '../../ir/index.js';
 import { classifyChains, type ForeignChain } from './nft-doctor-chains.js';
 import { classifyNetworkd, type NetworkdState } from './nft-doctor-networkd.js';
 import { classifyRouting } from './nft-doctor-routing.js';
@@ -61,6 +61,8 @@ export interface DoctorContext {
   readonly classes: readonly { readonly name: string; readonly interfaces: readonly string[] }[];
   readonly tunnels: readonly string[];
   readonly steering: SteeringRange;
+  /** Ingress interfaces of the classes on this host that it does not have. */
+  readonly missingIngress: readonly MissingIngress[];
 }
 
 /** The routing tables and `ip rule` priorities egressguard uses, and whether it uses them. */
@@ -87,6 +89,7 @@ export function createDoctorContext(input: {
   readonly uplinkProblem?: string | null;
   readonly policy?: PolicyIR | undefined;
   readonly steering?: SteeringSpec | undefined;
+  readonly missingIngress?: readonly MissingIngress[];
 }): DoctorContext {
   const { policy, steering } = input;
   const d = STEERING_DEFAULTS;
@@ -119,6 +122,7 @@ export function createDoctorContext(input: {
     ),
     tunnels: [...(policy?.tunnels ?? [])],
     steering: range,
+    missingIngress: input.missingIngress ?? [],
   };
 }
 

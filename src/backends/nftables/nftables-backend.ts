@@ -40,6 +40,8 @@ import {
 } from './nft-test-faults.js';
 import { CLASS_SET_COMMENT, definitionBlocks, elementCount } from './nft-sets.js';
 import { createNftWatcher } from './nft-watcher.js';
+import { diffRulesets } from './nft-plan-diff.js';
+import { describeFirewallDiff } from '../firewall-diff.js';
 import { STEERING_ARTIFACT, STEERING_DEFAULTS, type SteeringSpec } from './steering.js';
 import {
   applySteeringDiff,
@@ -132,7 +134,7 @@ function createNftApplier(context: BackendContext): Applier {
   const { runner } = context;
   const { table } = parseNftOptions(context.options);
   return {
-    async plan(artifacts) {
+    async plan(artifacts, planOptions = {}) {
       const ruleset = artifact(artifacts, RULESET_ARTIFACT);
       const spec = steeringOf(artifacts);
       const problems: string[] = [];
@@ -142,16 +144,34 @@ function createNftApplier(context: BackendContext): Applier {
       const liveSteering = await readLiveSteering(runner, steeringScope(spec));
       problems.push(...liveSteering.collisions);
       const changes: string[] = [];
-      const wanted = /eg-hash:([0-9a-f]{64})/.exec(ruleset)?.[1] ?? null;
+      const wanted = stampOf(ruleset);
       if (!live.present) changes.push(`+ table inet ${table}`);
       else if (live.hash !== wanted)
         changes.push(`~ table inet ${table} (hash ${short(live.hash)} → ${short(wanted)})`);
-      // A refill writes a set's own elements again (the class sets, at every apply): no change.
-      for (const set of planLoad(ruleset, table, live.objects).sets) {
-        if (set.action !== 'refill') changes.push(describeSetChange(set, table));
+      // What is live rule by rule: nothing, or the recorded generation when the live stamp is its.
+      const applied =
+        planOptions.applied === undefined
+          ? undefined
+          : artifact(planOptions.applied, RULESET_ARTIFACT);
+      const before = !live.present
+        ? { ruleset: undefined }
+        : applied !== undefined && stampOf(applied) === live.hash
+          ? { ruleset: applied }
+          : undefined;
+      const firewall =
+        before === undefined || live.hash === wanted
+          ? undefined
+          : diffRulesets(before.ruleset, ruleset, table);
+      if (firewall !== undefined) {
+        changes.push(...describeFirewallDiff(firewall));
+      } else {
+        // A refill writes a set's own elements again (the class sets, at every apply): no change.
+        for (const set of planLoad(ruleset, table, live.objects).sets) {
+          if (set.action !== 'refill') changes.push(describeSetChange(set, table));
+        }
       }
       changes.push(...describeDiff(diffSteering(spec, liveSteering)));
-      return { changes, problems };
+      return { changes, problems, ...(firewall === undefined ? {} : { firewall }) };
     },
 
     async apply(artifacts, options) {
@@ -356,6 +376,11 @@ function describeSetChange(set: SetChange, table: string): string {
     default:
       return assertNever(set.action);
   }
+}
+
+/** The host config hash a compiled ruleset is stamped with. */
+function stampOf(ruleset: string): string | null {
+  return /eg-hash:([0-9a-f]{64})/.exec(ruleset)?.[1] ?? null;
 }
 
 function short(hash: string | null): string {

@@ -36,10 +36,10 @@ const EPHEMERAL_PORT = 49_152;
  * the facts': a destination the host takes as its own is delivered (`in` only), any other is
  * forwarded by the main table's longest match (`in` on the ingress, then `out` on the exit).
  *
- * Fragments: the pf evaluator does not model scrub, so the harness reads the loaded scrub rules:
- * with `scrub in on IF … fragment reassemble` a fragment is judged like its datagram and a lone
- * one is held and dropped (pf.conf(5) SCRUB, "fragment reassemble"); without it a later fragment
- * has no ports.
+ * Fragments go to the evaluator as fragments: the scrub rules pf reaches decide whether their
+ * datagram is reassembled (then filtered whole, and a lone fragment is held and dropped) or each
+ * is filtered as a fragment, without ports (pf-evaluator.ts, XNU pf_normalize_ip and
+ * pf_test_fragment).
  *
  * Tunnel state: a packet judged with the tunnel down is sent while the tunnel's interface is
  * absent from the model (as a disconnected utun is), and back for one judged with it up.
@@ -65,19 +65,6 @@ export function createPfModelHarness(input: {
     if (ingress === undefined) {
       throw new Error('The pf harness sends packets that arrive on an interface only');
     }
-    const reassembles = model
-      .rules(input.anchor, 'scrub')
-      .some(
-        (r) =>
-          r.kind === 'scrub' &&
-          r.direction !== 'out' &&
-          (r.interface === null || (r.interface.name === ingress) !== r.interface.negated) &&
-          r.options.includes('fragment reassemble'),
-      );
-    if (packet.fragment === 'alone' && reassembles) {
-      return { verdict: 'deny', decidedBy: input.ir.reassembly.id, via: null, egress: null };
-    }
-    const loseTransport = packet.fragment === 'non-first' && !reassembles;
     const protocol =
       packet.protocol === 'tcp'
         ? 6
@@ -88,8 +75,8 @@ export function createPfModelHarness(input: {
               ? 1
               : 58
             : packet.protocol;
-    const hasPorts = (protocol === 6 || protocol === 17) && !loseTransport;
-    const isIcmp = (protocol === 1 || protocol === 58) && !loseTransport;
+    const hasPorts = protocol === 6 || protocol === 17;
+    const isIcmp = protocol === 1 || protocol === 58;
     const base: Omit<PfPacket, 'direction' | 'interface'> = {
       family: packet.family,
       source: packet.source,
@@ -102,6 +89,7 @@ export function createPfModelHarness(input: {
           }
         : {}),
       ...(isIcmp ? { icmpType: packet.icmpType ?? (packet.family === 4 ? 8 : 128) } : {}),
+      ...(packet.fragment === undefined ? {} : { fragment: packet.fragment }),
     };
     // Every packet opens a connection of its own: no state from an earlier one.
     model.state.states = [];
@@ -113,7 +101,7 @@ export function createPfModelHarness(input: {
       // route-to sends even a packet for the host out of its target (pf.c pf_test → pf_route).
       if (inbound.verdict !== 'pass' || inbound.routeTo === null) {
         const via = inbound.verdict === 'pass' && local ? 'local' : null;
-        return finish(inbound, inbound.verdict, via, null);
+        return finish(inbound, inbound.verdict, via, null, input.ir.reassembly.id);
       }
       model.state.states = [];
     }
@@ -137,6 +125,7 @@ export function createPfModelHarness(input: {
       forwarded.verdict,
       forwarded.verdict === 'pass' ? forwarded.egress : null,
       leaving === null ? null : formatAddress(leaving.family, leaving.source),
+      input.ir.reassembly.id,
     );
   };
 
@@ -169,10 +158,12 @@ function finish(
   verdict: 'pass' | 'block',
   via: string | null,
   egress: string | null,
+  reassemblyId: string,
 ): PfObserved {
   return {
     verdict: verdict === 'pass' ? 'allow' : 'deny',
-    decidedBy: isOurs(result.label) ? result.label : null,
+    decidedBy:
+      result.decidedBy === 'reassembly' ? reassemblyId : isOurs(result.label) ? result.label : null,
     via,
     egress,
   };

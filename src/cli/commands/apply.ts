@@ -5,6 +5,7 @@ import { EgressguardError, isEgressguardError, packagePath } from '../../core/in
 import { applyPrepared, preparePolicy, type HostTarget } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
+import { checkMissingIngress } from '../missing-ingress.js';
 import { paint, printJson, printLine } from '../output.js';
 import {
   addTargetOptions,
@@ -64,6 +65,10 @@ export function registerApply(program: Command, ctx: CommandContext): void {
         'wait this long while another egressguard (a resident repair, a restore) holds the host lock; 0: fail at once',
         '30s',
       )
+      .option(
+        '--allow-missing-ingress',
+        'apply although a class names an ingress interface the host does not have (yet)',
+      )
       .option('--json', 'print the result as JSON'),
   )
     .addHelpText(
@@ -79,6 +84,7 @@ export function registerApply(program: Command, ctx: CommandContext): void {
           json?: boolean;
           confirmWithin?: string;
           force?: boolean;
+          allowMissingIngress?: boolean;
           lockTimeout: string;
         },
         command: Command,
@@ -114,6 +120,7 @@ async function applyPolicy(
     liveTunnels?: boolean;
     json?: boolean;
     force?: boolean;
+    allowMissingIngress?: boolean;
     lockTimeout: string;
   },
   run: {
@@ -131,6 +138,7 @@ async function applyPolicy(
     ...(opts.liveTunnels === true ? { liveTunnels: true } : {}),
     warn,
   });
+  checkMissingIngress(prepared, { allowed: opts.allowMissingIngress === true, warn });
   // The revert must act on the same target: the same backend and its options.
   const passthrough = [
     ...(opts.netns === undefined ? [] : ['--netns', opts.netns]),

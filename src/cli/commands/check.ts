@@ -3,12 +3,19 @@ import type { CommandContext } from '../command-context.js';
 import {
   createHostView,
   evaluatePodProbes,
+  findMissingIngress,
   evaluateProbes,
   lowerForHost,
   type PodProbeResult,
   type ProbeResult,
 } from '../../ir/index.js';
-import { formatIssue, hasErrors, loadPolicy, type PolicyIssue } from '../../policy/index.js';
+import {
+  formatIssue,
+  hasErrors,
+  loadPolicy,
+  unreadablePolicy,
+  type PolicyIssue,
+} from '../../policy/index.js';
 import { EXIT } from '../exit-codes.js';
 import { findFactsFile } from '../../host/index.js';
 import { readHostFacts } from '../../facts/index.js';
@@ -42,6 +49,7 @@ export function runCheck(
   } else {
     for (const report of reports) printReport(report, output);
   }
+  if (reports.some((r) => unreadablePolicy(r.issues) !== undefined)) return EXIT.error;
   return reports.every((r) => r.valid) ? EXIT.ok : EXIT.failed;
 }
 
@@ -55,6 +63,21 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
   if (policy !== undefined && factsFile !== undefined) {
     const facts = readHostFacts(factsFile);
     const ir = lowerForHost(policy, facts);
+    for (const missing of findMissingIngress(
+      ir,
+      facts.interfaces.map((i) => i.name),
+    )) {
+      const index =
+        policy.classes.find((c) => c.name === missing.class)?.ingress.indexOf(missing.interface) ??
+        0;
+      issues.push(
+        parsed.report(
+          ['classes', missing.class, 'ingress', index],
+          'ingress-not-on-host',
+          `Ingress "${missing.interface}" of class "${missing.class}" is not an interface of host "${facts.hostname}" in ${factsFile}${missing.suggestion}: this class filters nothing there, and workloads behind the interface they really use leave unfiltered; fix the name, or keep it if the interface is created later (then apply needs --allow-missing-ingress)`,
+        ),
+      );
+    }
     results = evaluateProbes(ir, createHostView(facts), policy.requirements);
     podResults = evaluatePodProbes(ir, createHostView(facts), policy.requirements);
     for (const result of podResults) {
@@ -115,7 +138,9 @@ function printReport(report: FileReport, output: Output): void {
   const warnings = report.issues.length - errors;
   const counts = `${errors} error${errors === 1 ? '' : 's'}, ${warnings} warning${warnings === 1 ? '' : 's'}`;
   if (!report.valid) {
-    printLine(output, paint(output, 'red', `✗ ${report.file}: invalid (${counts})`));
+    // A policy that cannot be read is not invalid: nothing of it was seen.
+    const verdict = unreadablePolicy(report.issues) === undefined ? 'invalid' : 'cannot be read';
+    printLine(output, paint(output, 'red', `✗ ${report.file}: ${verdict} (${counts})`));
     return;
   }
   const agreeing = report.probes.filter((p) => p.agrees).length;

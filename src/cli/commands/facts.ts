@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import type { CommandContext } from '../command-context.js';
 import { gatherFacts, resolveUplink } from '../../facts/index.js';
-import { createRunner } from '../../runner/index.js';
+import { createRunner, requireNamespace } from '../../runner/index.js';
 import { EXIT } from '../exit-codes.js';
 import { parseLabel, readHostLabels } from '../../facts/index.js';
 import { requirePolicy } from '../../host/index.js';
@@ -22,6 +22,7 @@ export async function runFacts(options: FactsOptions, output: Output): Promise<n
     const [key, value] = parseLabel(entry, '--label');
     labels[key] = value;
   }
+  requireNamespace(options.netns);
   const facts = await gatherFacts(createRunner({ netns: options.netns }), { labels });
   const tunnels = options.policy === undefined ? [] : requirePolicy(options.policy).policy.tunnels;
   const uplinkSetting =

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { planPrepared, preparePolicy } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
+import { checkMissingIngress } from '../missing-ingress.js';
 import { paint, printJson, printLine } from '../output.js';
 import {
   addTargetOptions,
@@ -21,15 +22,26 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
       )
       .argument('<policy>', 'policy file (YAML)')
       .option('--facts <file>', 'host facts instead of reading the live host')
-      .option('--json', 'print the plan as JSON'),
+      .option('--json', 'print the plan as JSON')
+      .option(
+        '--detailed-exitcode',
+        'exit 2 when apply would change something, 0 when not, 1 on a problem or an error',
+      ),
   )
     .addHelpText(
       'after',
-      '\nExit code 0: the plan is valid (changes or not); 1: the firewall rejects it or state is in the way.',
+      [
+        '',
+        'Exit codes: 0 the plan is valid (changes or not); 1 the firewall rejects it or state is in',
+        'the way; 2 bad usage or a runtime error. With --detailed-exitcode (as terraform plan):',
+        '0 no changes, 1 a problem or an error, 2 valid with changes.',
+      ].join('\n'),
     )
-    .action(async (file: string, opts: TargetOptions & { facts?: string; json?: boolean }) => {
+    .action(async (file: string, opts: PlanOptions) => {
+      if (opts.detailedExitcode === true) ctx.setErrorExit(EXIT.failed);
       const target = targetOf(opts);
       const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+      checkMissingIngress(prepared, { allowed: true, warn });
       const plan = await planPrepared(target, prepared);
       const ok = plan.problems.length === 0;
       if (opts.json === true) {
@@ -37,6 +49,8 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
           hash: prepared.hash,
           backend: prepared.backend.name,
           changes: plan.changes,
+          // By rule id and address set, when what is live is known in that detail.
+          firewall: plan.firewall ?? null,
           problems: plan.problems,
           valid: ok,
         });
@@ -50,6 +64,12 @@ export function registerPlan(program: Command, ctx: CommandContext): void {
         for (const problem of plan.problems)
           printLine(ctx.output, paint(ctx.output, 'red', `  problem: ${problem}`));
       }
-      ctx.setExit(ok ? EXIT.ok : EXIT.failed);
+      if (!ok) ctx.setExit(EXIT.failed);
+      else
+        ctx.setExit(
+          opts.detailedExitcode === true && plan.changes.length > 0 ? EXIT.changes : EXIT.ok,
+        );
     });
 }
+
+type PlanOptions = TargetOptions & { facts?: string; json?: boolean; detailedExitcode?: boolean };

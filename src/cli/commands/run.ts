@@ -13,6 +13,7 @@ import {
 } from '../../host/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
+import { checkMissingIngress } from '../missing-ingress.js';
 import { printLine } from '../output.js';
 import { addTargetOptions, targetOf, warn, type TargetOptions } from '../target-options.js';
 
@@ -48,7 +49,7 @@ export function registerRun(program: Command, ctx: CommandContext): void {
   )
     .addHelpText(
       'after',
-      '\nStops on SIGINT or SIGTERM. Rules and routes stay in place when it stops.',
+      '\nStops on SIGINT or SIGTERM. Rules and routes stay in place when it stops. With --netns, it\nstops with an error (exit 2) at its next check once that namespace is deleted.',
     )
     .action(
       async (
@@ -63,6 +64,8 @@ export function registerRun(program: Command, ctx: CommandContext): void {
         const cluster = clusterOptionsOf(opts);
         const target = targetOf(opts);
         const prepared = await preparePolicy(target, { policy: file, facts: opts.facts, warn });
+        // Resident at boot, it may start before the bridge its workloads use: warn, never refuse.
+        checkMissingIngress(prepared, { allowed: true, warn });
         // The cluster is reached before anything is applied: bad credentials change nothing.
         const connected =
           cluster === undefined ? undefined : await connectGateway(cluster, prepared);
