@@ -82,7 +82,6 @@ const steering = parse(
 const exit = ir.cluster?.tunnelExits['tun0'];
 if (exit === undefined) throw new Error('the example names no tunnel exit');
 const EXIT = exit.addresses[0] as string;
-const echo = new URL(exit.echoUrl);
 // The far side of the example's UDP probes echoes datagrams (the suite README's assumption).
 const UDP_ECHO = new Set(['198.51.100.9:443']);
 
@@ -220,6 +219,7 @@ interface Call {
   readonly args: string[];
   readonly stdin: string;
   readonly pod: string | undefined;
+  readonly world: string;
 }
 interface Answer {
   readonly stdout: string;
@@ -328,14 +328,20 @@ function inPod(world: World, call: Call): Answer {
 
 // python3 (the lab's own package, scripts/setup.sh) starts in a fraction of node's time, and the
 // suite's scripts call these shims hundreds of times.
-const SHIM = `#!/usr/bin/env python3
+const SHIM = `#!/usr/bin/python3 -S
 # A model-cluster shim: forwards argv and stdin to the test process and prints its answer.
-import base64, json, os, sys, urllib.request
-tool = os.path.basename(sys.argv[0])
-data = sys.stdin.buffer.read()
-body = json.dumps({"tool": tool, "args": sys.argv[1:], "stdin": base64.b64encode(data).decode(), "pod": os.environ.get("EG_POD")}).encode()
-with urllib.request.urlopen(urllib.request.Request(os.environ["EG_SERVER"], data=body, method="POST")) as response:
-    answer = json.loads(response.read())
+# -S and a bare socket: the suite's scripts call these shims hundreds of times.
+import base64, json, os, socket, sys
+body = json.dumps({"tool": os.path.basename(sys.argv[0]), "args": sys.argv[1:], "stdin": base64.b64encode(sys.stdin.buffer.read()).decode(), "pod": os.environ.get("EG_POD"), "world": os.environ["EG_WORLD"]}).encode()
+s = socket.create_connection(("127.0.0.1", int(os.environ["EG_PORT"])))
+s.sendall(b"POST / HTTP/1.0\\r\\nContent-Length: " + str(len(body)).encode() + b"\\r\\n\\r\\n" + body)
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+answer = json.loads(data.split(b"\\r\\n\\r\\n", 1)[1])
 out = base64.b64decode(answer["stdout"]) if answer.get("binary") else answer["stdout"].encode()
 sys.stdout.buffer.write(out)
 sys.stdout.flush()
@@ -354,13 +360,16 @@ exit 0
 let dir: string;
 let bin: string;
 let server: Server;
-let serverUrl: string;
+let serverPort: number;
+// One world per test run, found by the id its scripts carry: a run that outlived its test (a
+// timeout) can never act on another's.
+const worlds = new Map<string, World>();
 let current: World | undefined;
 
 /** Runs a script as chainsaw does, or as a pod does (`as`), with the shims first in PATH. */
 function runScript(
   script: string,
-  options: { timeoutS: number; as?: string },
+  options: { timeoutS: number; as?: string; world: string },
 ): Promise<{ stdout: string; code: number }> {
   const clock = join(dir, `clock-${Math.random().toString(36).slice(2)}`);
   writeFileSync(clock, '0');
@@ -371,25 +380,34 @@ function runScript(
       env: {
         ...process.env,
         PATH: `${bin}:${process.env['PATH'] ?? ''}`,
-        EG_SERVER: serverUrl,
+        EG_PORT: String(serverPort),
+        EG_WORLD: options.world,
         EG_CLOCK: clock,
         EG_TIMEOUT: String(options.timeoutS),
         ...(options.as === undefined ? {} : { EG_POD: options.as }),
       },
     });
     let stdout = '';
-    child.stdout?.on('data', (c: Buffer) => (stdout += c.toString('utf8')));
-    child.on('close', (code) => resolve({ stdout, code: code ?? 1 }));
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString('utf8');
+    });
+    child.on('close', (code) => {
+      resolve({ stdout, code: code ?? 1 });
+    });
   });
 }
 
 async function handle(call: Call): Promise<Answer & { binary?: boolean }> {
-  const world = current;
-  if (world === undefined) throw new Error('no model cluster');
+  const world = worlds.get(call.world);
+  if (world === undefined) throw new Error(`no model cluster "${call.world}"`);
   if (call.tool === 'kubectl') {
     const answer = kubectl(world, call.args, Buffer.from(call.stdin, 'base64').toString('utf8'));
     if (answer.exec === undefined) return answer;
-    const result = await runScript(answer.exec.script, { timeoutS: 30, as: answer.exec.pod });
+    const result = await runScript(answer.exec.script, {
+      timeoutS: 30,
+      as: answer.exec.pod,
+      world: call.world,
+    });
     return { stdout: result.stdout, code: result.code };
   }
   const answer = inPod(world, call);
@@ -430,6 +448,8 @@ async function runTest(
   mutation: Mutation | undefined,
 ): Promise<{ passed: boolean; failedAt: string | undefined }> {
   const world = createWorld(mutation);
+  const id = `${String(worlds.size)}-${mutation ?? 'healthy'}`;
+  worlds.set(id, world);
   current = world;
   const test = parse(readFileSync(join(testDir, 'chainsaw-test.yaml'), 'utf8')) as {
     spec: { steps: Step[] };
@@ -455,6 +475,7 @@ async function runTest(
     if (script === undefined) return true;
     const result = await runScript(script.content, {
       timeoutS: Number(script.timeout.replace('s', '')),
+      world: id,
     });
     return holds(script.check, result);
   };
@@ -497,10 +518,10 @@ beforeAll(async () => {
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  serverUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  serverPort = (server.address() as AddressInfo).port;
   suite = join(dir, 'suite');
   const { files } = emitChainsawFromPolicy({
-    policy: policy as NonNullable<typeof policy>,
+    policy: policy,
     ir,
     facts,
     options: {},
@@ -512,13 +533,19 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await new Promise<void>((resolve) => server.close(() => resolve()));
+  await new Promise<void>((resolve) =>
+    server.close(() => {
+      resolve();
+    }),
+  );
   rmSync(dir, { recursive: true, force: true });
 });
 
 const TESTS = ['r-net-06-l3-safety-critical', 'r-net-07-l3', 'r-net-08-l2'] as const;
 
-describe('the generated chainsaw suite against a model cluster', () => {
+// Hundreds of short processes per test: minutes on a loaded machine, so a generous bound (a guard
+// against a hang, not a measurement).
+describe('the generated chainsaw suite against a model cluster', { timeout: 900_000 }, () => {
   it.each(TESTS)('%s passes on a healthy cluster', async (name) => {
     const result = await runTest(join(suite, name), undefined);
     expect(result, current?.log.join('\n')).toEqual({ passed: true, failedAt: undefined });

@@ -79,10 +79,13 @@ export const ciliumClusterSupport: ClusterSupport = {
         return { error: error.message };
       }
     };
-    const [config, images] = await Promise.all([
+    const [config, images, nodes, ciliumNodes, egressPolicies] = await Promise.all([
       read(() => client.readConfigMap('kube-system', 'cilium-config')),
       read(() => client.readDaemonSetImages('kube-system', 'cilium')),
+      read(() => client.listNodeLabels()),
+      read(() => client.listCiliumNodeLabels()),
+      read(() => client.listEgressGatewayPolicies()),
     ]);
-    return diagnoseCluster({ config, images });
+    return diagnoseCluster({ config, images, nodes, ciliumNodes, egressPolicies });
   },
 };
