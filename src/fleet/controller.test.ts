@@ -436,9 +436,11 @@ describe('Controller (SQLite in memory, injected clock)', () => {
       agentVersion: 't',
       facts: { ...FACTS, hostname: 'a' },
     });
+    // Another token (the same one may enroll it again while its credential is unused).
+    const other = await controller.createBootstrapToken({ ttlMs: 1_000, uses: 5 }, 'op');
     await expect(
       controller.enroll({
-        token,
+        token: other.token,
         hostname: 'a',
         agentVersion: 't',
         facts: { ...FACTS, hostname: 'a' },

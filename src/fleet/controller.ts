@@ -296,6 +296,7 @@ export class Controller {
     const hostId = createId('h');
     const credentialId = createId('c');
     const secret = createSecret();
+    let enrolledAgain: string | undefined;
     await this.#transaction(async (trx) => {
       const row = await trx
         .selectFrom('bootstrap_tokens')
@@ -314,6 +315,36 @@ export class Controller {
           `Cannot enroll host "${request.hostname}": bootstrap token "${token.id}" has expired or was revoked`,
         );
       }
+      const existing = await trx
+        .selectFrom('hosts')
+        .select(['id', 'enrolled_token_id'])
+        .where('name', '=', request.hostname)
+        .where('decommissioned_at', 'is', null)
+        .executeTakeFirst();
+      if (existing !== undefined) {
+        if (await this.#isUnansweredEnrollment(trx, existing, token.id)) {
+          // The agent enrolled, but the answer never reached it (a timeout, a broken
+          // connection): it asks again with the same token. Its unused credential is replaced.
+          enrolledAgain = existing.id;
+          await trx
+            .updateTable('credentials')
+            .set({ revoked_at: now })
+            .where('host_id', '=', existing.id)
+            .where('revoked_at', 'is', null)
+            .execute();
+          await this.#insertCredential(trx, { id: credentialId, hostId: existing.id, secret, now });
+          await this.#event(trx, {
+            hostId: existing.id,
+            kind: 'enrolled',
+            message: `enrolled again with bootstrap token "${token.id}": the first answer was not received`,
+          });
+          return;
+        }
+        throw new RefusedError(
+          'conflict',
+          `Cannot enroll host "${request.hostname}": a host of that name is enrolled; decommission it first (egressguard fleet decommission ${request.hostname})`,
+        );
+      }
       // The decrement is conditional, so two agents racing for the last use cannot both win.
       const used = await trx
         .updateTable('bootstrap_tokens')
@@ -325,18 +356,6 @@ export class Controller {
         throw new RefusedError(
           'unauthenticated',
           `Cannot enroll host "${request.hostname}": bootstrap token "${token.id}" has no uses left`,
-        );
-      }
-      const existing = await trx
-        .selectFrom('hosts')
-        .select('id')
-        .where('name', '=', request.hostname)
-        .where('decommissioned_at', 'is', null)
-        .executeTakeFirst();
-      if (existing !== undefined) {
-        throw new RefusedError(
-          'conflict',
-          `Cannot enroll host "${request.hostname}": a host of that name is enrolled; decommission it first (egressguard fleet decommission ${request.hostname})`,
         );
       }
       const labels = checkLabels(
@@ -351,6 +370,7 @@ export class Controller {
         facts_digest: digestFacts(facts),
         agent_version: request.agentVersion,
         enrolled_at: now,
+        enrolled_token_id: token.id,
         last_checkin_at: now,
         desired_push_id: null,
         desired_hash: null,
@@ -384,18 +404,7 @@ export class Controller {
         .insertInto('hosts')
         .values({ ...host, conditions: JSON.stringify(this.#conditionsFor(host, [], now)) })
         .execute();
-      await trx
-        .insertInto('credentials')
-        .values({
-          id: credentialId,
-          host_id: hostId,
-          secret_hash: hashSecret(secret),
-          created_at: now,
-          first_used_at: null,
-          revoked_at: null,
-          replaced_by: null,
-        })
-        .execute();
+      await this.#insertCredential(trx, { id: credentialId, hostId, secret, now });
       await this.#event(trx, {
         hostId,
         kind: 'enrolled',
@@ -404,10 +413,47 @@ export class Controller {
       await this.#audit(trx, `token:${token.id}`, 'host.enroll', request.hostname, { hostId });
     });
     return {
-      hostId,
+      hostId: enrolledAgain ?? hostId,
       hostName: request.hostname,
       credential: formatCredential({ id: credentialId, secret }),
     };
+  }
+
+  /**
+   * Whether an enrolled host of this name is one whose enrollment answer was lost: enrolled with
+   * this very token, and none of its credentials ever used. Anyone else gets a conflict.
+   */
+  async #isUnansweredEnrollment(
+    trx: Transaction<Database>,
+    host: Pick<HostRow, 'id' | 'enrolled_token_id'>,
+    tokenId: string,
+  ): Promise<boolean> {
+    if (host.enrolled_token_id !== tokenId) return false;
+    const used = await trx
+      .selectFrom('credentials')
+      .select('id')
+      .where('host_id', '=', host.id)
+      .where('first_used_at', 'is not', null)
+      .executeTakeFirst();
+    return used === undefined;
+  }
+
+  async #insertCredential(
+    trx: Transaction<Database>,
+    credential: { id: string; hostId: string; secret: string; now: number },
+  ): Promise<void> {
+    await trx
+      .insertInto('credentials')
+      .values({
+        id: credential.id,
+        host_id: credential.hostId,
+        secret_hash: hashSecret(credential.secret),
+        created_at: credential.now,
+        first_used_at: null,
+        revoked_at: null,
+        replaced_by: null,
+      })
+      .execute();
   }
 
   /** The host a credential belongs to, or a refusal (unknown, revoked, decommissioned). */
@@ -475,18 +521,7 @@ export class Controller {
         .where('id', '!=', identity.credentialId)
         .where('revoked_at', 'is', null)
         .execute();
-      await trx
-        .insertInto('credentials')
-        .values({
-          id,
-          host_id: identity.hostId,
-          secret_hash: hashSecret(secret),
-          created_at: now,
-          first_used_at: null,
-          revoked_at: null,
-          replaced_by: null,
-        })
-        .execute();
+      await this.#insertCredential(trx, { id, hostId: identity.hostId, secret, now });
       await trx
         .updateTable('credentials')
         .set({ replaced_by: id })
@@ -1270,7 +1305,7 @@ export class Controller {
   // ── views ─────────────────────────────────────────────────────────────────────────────────
 
   async listHosts(options: { includeDecommissioned?: boolean } = {}): Promise<HostView[]> {
-    await this.flushCheckins();
+    await this.#flushBeforeRead();
     let query = this.#store.db.selectFrom('hosts').selectAll().orderBy('name');
     if (options.includeDecommissioned !== true)
       query = query.where('decommissioned_at', 'is', null);
@@ -1279,8 +1314,20 @@ export class Controller {
   }
 
   async host(hostName: string): Promise<HostView> {
-    await this.flushCheckins();
+    await this.#flushBeforeRead();
     return this.#view(await this.#hostByName(this.#store.db, hostName), this.#clock.now());
+  }
+
+  /**
+   * Writes the check-ins held in memory so a view shows them; a store that cannot write (its disk
+   * full) still serves the view, a little behind (they stay held for the next flush).
+   */
+  async #flushBeforeRead(): Promise<void> {
+    try {
+      await this.flushCheckins();
+    } catch (error) {
+      if (this.#store.noteFailure(error)?.state !== 'disk-full') throw error;
+    }
   }
 
   async listRollouts(limit = 20): Promise<RolloutView[]> {

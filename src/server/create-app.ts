@@ -125,16 +125,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     return503OnClosing: true,
   });
   const waiters = new Waiters();
-  // While the store cannot be reached, nothing that needs it is tried: the store's monitor
-  // reconnects with backoff, and callers are told when to come back.
-  app.addHook('onRequest', (request, _reply, done) => {
-    const store = controller.store.health();
-    if (store.state !== 'unavailable' || NO_STORE_ROUTES.has(request.routeOptions.url ?? '')) {
-      done();
-      return;
-    }
-    done(new StoreFaultError({ state: store.state, message: store.message ?? 'unavailable' }));
-  });
+
   const stopWaking = controller.store.onWake((ids) => {
     waiters.wake(ids);
   });
@@ -191,8 +182,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     }
     // The store's faults (unreachable, disk full) are the controller's state, not a bug: the
     // monitor logs each change once, and the caller is told to come back.
-    const fault =
-      error instanceof StoreFaultError ? error.fault : controller.store.noteFailure(error);
+    const fault = controller.store.noteFailure(error);
     if (fault !== undefined) return sendStoreFault(reply, fault);
     log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     return reply
@@ -455,17 +445,8 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
   };
 }
 
-/** Routes that answer without the store. */
-const NO_STORE_ROUTES = new Set(['/healthz', '/metrics']);
 /** How long a caller refused for the store's sake waits (agents add their own jittered backoff). */
 const STORE_RETRY_AFTER_SECONDS = 5;
-
-/** Thrown by the hook that refuses requests while the store is away. */
-class StoreFaultError extends Error {
-  constructor(readonly fault: StoreFault) {
-    super(fault.message);
-  }
-}
 
 function sendStoreFault(reply: FastifyReply, fault: StoreFault): FastifyReply {
   return reply

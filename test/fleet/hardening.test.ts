@@ -294,6 +294,23 @@ describe('fleet hardening: what one host or a stray client can do', () => {
     expect(await works(first)).toBe(false);
   });
 
+  it('lets an agent whose enrollment answer was lost enroll again with the same token, until its credential is used', async () => {
+    const fleet = await server();
+    const bootstrap = await token(fleet, 1);
+    const lost = credentialOf(await enroll(fleet, bootstrap, 'late', { role: 'vpn-gateway' }));
+    const again = await enroll(fleet, bootstrap, 'late', { role: 'vpn-gateway' });
+    expect(again.status).toBe(200);
+    const kept = credentialOf(again);
+    expect((await call(fleet, 'GET', '/v1/bundle?wait=0', { token: lost })).status).toBe(401);
+    expect((await call(fleet, 'GET', '/v1/bundle?wait=0', { token: kept })).status).not.toBe(401);
+    expect((await fleet.controller.listHosts()).map((h) => h.name)).toEqual(['late']);
+    // Once its credential was used, the name is taken, by any token.
+    const taken = await enroll(fleet, bootstrap, 'late', { role: 'vpn-gateway' });
+    expect(taken.status).toBe(409);
+    const other = await enroll(fleet, await token(fleet, 1), 'late', { role: 'vpn-gateway' });
+    expect(other.status).toBe(409);
+  });
+
   it('rate-limits one host credential, refuses oversized reports, and counts drift repairs only within sane bounds', async () => {
     const fleet = await server({ hostRateLimit: { burst: 10, perSecond: 0.001 } });
     const bootstrap = await token(fleet, 2);

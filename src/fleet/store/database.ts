@@ -31,6 +31,8 @@ export interface HostTable {
   facts_digest: string | null;
   agent_version: string | null;
   enrolled_at: number;
+  /** The bootstrap token that enrolled it (migration 0003): it may ask again if the answer was lost. */
+  enrolled_token_id: string | null;
   last_checkin_at: number | null;
   /** The push whose policy this host should run, set when its wave starts. */
   desired_push_id: string | null;

@@ -26,7 +26,8 @@ export function createMigrationProvider(dialect: StoreDialect): MigrationProvide
 
 /**
  * A push may carry a client's idempotency key (a retry after an error never pushes twice); a host's
- * failure says what failed (an apply, or a bundle the agent refused); a one-row table the health
+ * failure says what failed (an apply, or a bundle the agent refused); a host remembers the token
+ * that enrolled it (an agent whose answer was lost may enroll again); a one-row table the health
  * probe writes (a committed write is the only proof that a full disk has room again).
  */
 async function addIdempotencyAndHealth(db: Kysely<unknown>): Promise<void> {
@@ -38,6 +39,7 @@ async function addIdempotencyAndHealth(db: Kysely<unknown>): Promise<void> {
     .unique()
     .execute();
   await db.schema.alterTable('hosts').addColumn('failure_reason', 'text').execute();
+  await db.schema.alterTable('hosts').addColumn('enrolled_token_id', 'text').execute();
   await db.schema
     .createTable('store_probe')
     .addColumn('id', 'integer', (c) => c.primaryKey())

@@ -45,7 +45,7 @@ const NETWORK_ERRNO = new Set([
 ]);
 const CONNECTION_SQLSTATE = /^(08...|57P0[123]|53300)$/;
 const CONNECTION_MESSAGE =
-  /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|not queryable/i;
+  /Connection terminated|Client has encountered a connection error|not queryable/i;
 
 /**
  * Whether a failed query is the store's fault rather than the request's: the database cannot be
@@ -60,6 +60,13 @@ export function classifyStoreError(error: unknown): StoreFault | undefined {
   }
   if (typeof code === 'string' && /^SQLITE_(IOERR|CANTOPEN|READONLY)/.test(code)) {
     return { state: 'unavailable', message: `the database file cannot be written: ${detail}` };
+  }
+  if (/timeout exceeded when trying to connect/i.test(error.message)) {
+    // pg-pool's: no connection within connectionTimeoutMillis, new or from the pool.
+    return {
+      state: 'unavailable',
+      message: `no database connection within the timeout (the database is unreachable, or too slow for this replica's pool): ${detail}`,
+    };
   }
   if (
     (typeof code === 'string' && (NETWORK_ERRNO.has(code) || CONNECTION_SQLSTATE.test(code))) ||
@@ -107,7 +114,7 @@ export class StoreMonitor {
       this.options.log(
         fault.state === 'disk-full'
           ? `error: store "${this.options.description}": ${fault.message}: writes fail until space is freed (reads go on); checking again with backoff`
-          : `error: store "${this.options.description}": ${fault.message}: requests that need it answer 503; reconnecting with backoff`,
+          : `error: store "${this.options.description}": ${fault.message}: requests that need it answer 503; checking it again with backoff`,
       );
       this.#health = { state: fault.state, since: Date.now(), message: fault.message };
     }
