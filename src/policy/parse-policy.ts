@@ -109,7 +109,7 @@ export function parsePolicy(text: string, file: string): ParseResult {
     }
   }
   // A duplicate key leaves a usable document (the last entry wins): check the rest too.
-  if (syntaxError) return { policy: undefined, issues: sortIssues(collector.issues), report };
+  if (syntaxError) return { policy: undefined, issues: collector.ordered(), report };
 
   // An empty file is an empty policy: report its missing fields rather than a type.
   let raw: unknown = {};
@@ -134,7 +134,7 @@ export function parsePolicy(text: string, file: string): ParseResult {
         `Cannot parse YAML: alias "*${alias.name}" refers to no anchor before it${didYouMean(alias.name, alias.anchors)}: define "&${alias.name}" earlier, or fix the name`,
       );
     }
-    return { policy: undefined, issues: sortIssues(collector.issues), report };
+    return { policy: undefined, issues: collector.ordered(), report };
   }
   const parsed = policySchema.safeParse(raw, { reportInput: true });
   let parts: DocumentParts | undefined;
@@ -145,14 +145,8 @@ export function parsePolicy(text: string, file: string): ParseResult {
     parts = salvageDocumentParts(raw);
   }
   const policy = parts === undefined ? undefined : resolvePolicy(parts, collector, file);
-  const issues = sortIssues(collector.issues);
+  const issues = collector.ordered();
   return { policy: parsed.success && !hasErrors(issues) ? policy : undefined, issues, report };
-}
-
-function sortIssues(issues: readonly PolicyIssue[]): PolicyIssue[] {
-  return [...issues].sort(
-    (a, b) => a.file.localeCompare(b.file) || a.line - b.line || a.column - b.column,
-  );
 }
 
 function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: string): Policy {
@@ -337,6 +331,7 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       path,
       'missing-ingress',
       `Class "${name}" has no ingress interfaces: list the bridge or interfaces its workloads arrive on under "ingress", or set "origin: host" for traffic the host itself sends`,
+      { absent: { object: path, field: 'ingress' } },
     );
   }
   if (def.origin === 'host' && ingress.length > 0) {
@@ -481,6 +476,7 @@ function resolveExit(
       [...path, 'via'],
       'tunnel-without-kill-switch',
       `Class "${name}" leaves by tunnel "${via.name}" without a kill switch: while the tunnel is down its traffic falls back to the main table and leaves by the uplink; add "killSwitch: {}" unless that is intended`,
+      { absent: { object: path, field: 'killSwitch' } },
     );
   }
 
