@@ -3,6 +3,12 @@
  * Case is ignored and a swap of two neighbouring letters counts as one edit ("tnu0" → "tun0").
  */
 export function didYouMean(input: string, candidates: Iterable<string>): string {
+  const best = closestName(input, candidates);
+  return best === undefined ? '' : ` (did you mean "${best}"?)`;
+}
+
+/** The candidate within a small edit distance of `input` (the one didYouMean names), if any. */
+export function closestName(input: string, candidates: Iterable<string>): string | undefined {
   let best: string | undefined;
   let bestDistance = Infinity;
   for (const candidate of candidates) {
@@ -15,7 +21,7 @@ export function didYouMean(input: string, candidates: Iterable<string>): string 
   }
   // One edit in three letters, at least one: "ab" must not suggest "id".
   const limit = Math.max(1, Math.floor(input.length / 3));
-  return best !== undefined && bestDistance <= limit ? ` (did you mean "${best}"?)` : '';
+  return best !== undefined && bestDistance <= limit ? best : undefined;
 }
 
 /** Optimal string alignment distance: insertions, deletions, substitutions, transpositions. */

@@ -11,6 +11,7 @@ export const ISSUE_CODES = {
   'malformed-cidr': 'error',
   'malformed-address': 'error',
   'unknown-network': 'error',
+  'domain-name': 'error',
   'network-cycle': 'error',
   'unreadable-file': 'error',
   'unknown-interface': 'error',
@@ -40,12 +41,16 @@ export const ISSUE_CODES = {
   'unknown-pod-class': 'error',
   'probe-source': 'error',
   'empty-tunnel-match': 'error',
+  // A prefix with host bits widens the match beyond the address written (10.0.5.10/8 is all of
+  // 10/8): in a policy almost always a typo, and widening an allow or a kill-switch exception
+  // leaks. In a list file (often a downloaded feed) it is the source's sloppiness: a warning.
+  'host-bits': 'error',
   // warnings
   'shadowed-rule': 'warning',
   'unreachable-family': 'warning',
   'tunnel-without-kill-switch': 'warning',
   'empty-network': 'warning',
-  'host-bits': 'warning',
+  'host-bits-in-list': 'warning',
   'ipv4-mapped-address': 'warning',
   'dhcp-to-host-denied': 'warning',
   'ingress-not-on-host': 'warning',

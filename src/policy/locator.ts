@@ -13,8 +13,22 @@ import { ISSUE_CODES, formatPath, type IssueCode, type PolicyIssue } from './iss
 export type Path = readonly (string | number)[];
 
 /** Turns document paths into file positions and collects issues. */
+/** Declares that an issue reports the absence of `field` in the object at `object`. */
+export interface Absence {
+  readonly object: Path;
+  readonly field: string;
+}
+
 export class IssueCollector {
   readonly issues: PolicyIssue[] = [];
+  // Issues that report a field's absence, and unknown fields that look like that field misspelled:
+  // `ordered` puts each cause ahead of what it causes ("ingres" before "no ingress interfaces").
+  private readonly absences = new Map<PolicyIssue, string>();
+  private readonly misspellings: {
+    readonly issue: PolicyIssue;
+    readonly key: string;
+    readonly meant: string;
+  }[] = [];
 
   constructor(
     readonly file: string,
@@ -22,14 +36,53 @@ export class IssueCollector {
     private readonly lines: LineCounter,
   ) {}
 
-  /** Reports at the value at `path`, or at its nearest existing ancestor. */
-  at(path: Path, code: IssueCode, message: string): void {
-    this.push(path, this.offsetOf(path, false), code, message);
+  /**
+   * Reports at the value at `path`, or at its nearest existing ancestor; `absent`: the issue is
+   * the consequence of a field missing there (placed after an unknown field that misspells it).
+   */
+  at(path: Path, code: IssueCode, message: string, options: { absent?: Absence } = {}): void {
+    this.push(path, this.offsetOf(path, false), code, message, options.absent);
   }
 
   /** Reports at the key of the entry at `path` (unknown and duplicate fields). */
-  atKey(path: Path, code: IssueCode, message: string): void {
-    this.push(path, this.offsetOf(path, true), code, message);
+  atKey(path: Path, code: IssueCode, message: string, options: { absent?: Absence } = {}): void {
+    this.push(path, this.offsetOf(path, true), code, message, options.absent);
+  }
+
+  /** Reports an unknown field `path` that looks like the known field `meant` misspelled. */
+  misspelled(path: Path, meant: string, message: string): void {
+    this.atKey(path, 'unknown-field', message);
+    const issue = this.issues.at(-1);
+    const key = path.at(-1);
+    if (issue === undefined || key === undefined) return;
+    this.misspellings.push({
+      issue,
+      key: String(key),
+      meant: `${formatPath(path.slice(0, -1))} ${meant}`,
+    });
+  }
+
+  /**
+   * The issues in file order, except that whatever a misspelled field causes (its intended field
+   * reported missing) comes right after the misspelling, saying so: the cause first.
+   */
+  ordered(): PolicyIssue[] {
+    const sorted = [...this.issues].sort(
+      (a, b) => a.file.localeCompare(b.file) || a.line - b.line || a.column - b.column,
+    );
+    for (const { issue: cause, key, meant } of this.misspellings) {
+      const effects = sorted.filter((i) => this.absences.get(i) === meant);
+      if (effects.length === 0) continue;
+      const rest = sorted.filter((i) => !effects.includes(i));
+      const at = rest.indexOf(cause) + 1;
+      const field = meant.split(' ').at(-1) ?? '';
+      const explained = effects.map((effect) => ({
+        ...effect,
+        message: `${effect.message} (the likely cause: "${key}" on line ${cause.line}, "${field}" misspelled)`,
+      }));
+      sorted.splice(0, sorted.length, ...rest.slice(0, at), ...explained, ...rest.slice(at));
+    }
+    return sorted;
   }
 
   /** Reports at a position in another file (a network list file). */
@@ -52,7 +105,7 @@ export class IssueCollector {
   }
 
   atOffset(offset: number, code: IssueCode, message: string): void {
-    this.push([], offset, code, message);
+    this.push([], offset, code, message, undefined);
   }
 
   /** The key that starts at `offset` and the path of its mapping (for duplicate keys). */
@@ -116,9 +169,15 @@ export class IssueCollector {
     return this.doc.hasIn(path);
   }
 
-  private push(path: Path, offset: number, code: IssueCode, message: string): void {
+  private push(
+    path: Path,
+    offset: number,
+    code: IssueCode,
+    message: string,
+    absent: Absence | undefined,
+  ): void {
     const pos = this.lines.linePos(offset);
-    this.issues.push({
+    const issue: PolicyIssue = {
       code,
       severity: ISSUE_CODES[code],
       file: this.file,
@@ -126,7 +185,11 @@ export class IssueCollector {
       column: pos.col,
       path: formatPath(path),
       message,
-    });
+    };
+    this.issues.push(issue);
+    if (absent !== undefined) {
+      this.absences.set(issue, `${formatPath(absent.object)} ${absent.field}`);
+    }
   }
 
   private offsetOf(path: Path, key: boolean): number {

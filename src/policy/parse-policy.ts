@@ -119,7 +119,7 @@ export function parsePolicy(text: string, file: string, options: ParseOptions = 
     }
   }
   // A duplicate key leaves a usable document (the last entry wins): check the rest too.
-  if (syntaxError) return { policy: undefined, issues: sortIssues(collector.issues), report };
+  if (syntaxError) return { policy: undefined, issues: collector.ordered(), report };
 
   // An empty file is an empty policy: report its missing fields rather than a type.
   let raw: unknown = {};
@@ -144,7 +144,7 @@ export function parsePolicy(text: string, file: string, options: ParseOptions = 
         `Cannot parse YAML: alias "*${alias.name}" refers to no anchor before it${didYouMean(alias.name, alias.anchors)}: define "&${alias.name}" earlier, or fix the name`,
       );
     }
-    return { policy: undefined, issues: sortIssues(collector.issues), report };
+    return { policy: undefined, issues: collector.ordered(), report };
   }
   const parsed = policySchema.safeParse(raw, { reportInput: true });
   let parts: DocumentParts | undefined;
@@ -158,14 +158,8 @@ export function parsePolicy(text: string, file: string, options: ParseOptions = 
     parts === undefined
       ? undefined
       : resolvePolicy(parts, collector, { file, readListFiles: options.readListFiles ?? true });
-  const issues = sortIssues(collector.issues);
+  const issues = collector.ordered();
   return { policy: parsed.success && !hasErrors(issues) ? policy : undefined, issues, report };
-}
-
-function sortIssues(issues: readonly PolicyIssue[]): PolicyIssue[] {
-  return [...issues].sort(
-    (a, b) => a.file.localeCompare(b.file) || a.line - b.line || a.column - b.column,
-  );
 }
 
 function resolvePolicy(
@@ -356,6 +350,7 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
       path,
       'missing-ingress',
       `Class "${name}" has no ingress interfaces: list the bridge or interfaces its workloads arrive on under "ingress", or set "origin: host" for traffic the host itself sends`,
+      { absent: { object: path, field: 'ingress' } },
     );
   }
   if (def.origin === 'host' && ingress.length > 0) {
@@ -505,6 +500,7 @@ function resolveExit(
       [...path, 'via'],
       'tunnel-without-kill-switch',
       `Class "${name}" leaves by tunnel "${via.name}" without a kill switch: while the tunnel is down its traffic falls back to the main table and leaves by the uplink; add "killSwitch: {}" unless that is intended`,
+      { absent: { object: path, field: 'killSwitch' } },
     );
   }
 

@@ -155,13 +155,14 @@ describe('exclusions are set arithmetic', () => {
     expect(rule?.destination.kind === 'addresses' && rule.destination.set.isEmpty()).toBe(true);
   });
 
-  it('warns about host bits and keeps the prefix they mean', () => {
+  it('refuses a prefix with host bits in the policy (it widens the match), saying what it means', () => {
     const text = policyWith('  target: [10.42.0.10/24]');
     const { result } = check(text);
     expect(result.issues.map((i) => [i.code, i.severity, i.column])).toEqual([
-      ['host-bits', 'warning', 12],
+      ['host-bits', 'error', 12],
     ]);
-    expect(targetContains(text, '10.42.0.200')).toBe(true);
+    expect(result.policy).toBeUndefined();
+    expect(result.issues[0]?.message).toContain('so it matches all of "10.42.0.0/24"');
   });
 
   it('refuses "any" and "self" inside a list', () => {
@@ -188,7 +189,7 @@ describe('network list files', () => {
     const inList = result.issues.filter((i) => i.file.endsWith('drop.txt'));
     expect(inList.map((i) => `${i.file}:${i.line}:${i.column} ${i.severity} ${i.code}`)).toEqual([
       `${dir}/drop.txt:4:4 error malformed-cidr`,
-      `${dir}/drop.txt:5:2 warning host-bits`,
+      `${dir}/drop.txt:5:2 warning host-bits-in-list`,
     ]);
     expect(inList[0]?.path).toBe('networks.target.files[0]');
   });

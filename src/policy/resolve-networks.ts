@@ -45,9 +45,23 @@ function describeMapped(entry: string, prefix: Prefix): string {
   return `"${entry}" is an IPv4-mapped IPv6 address, which never appears in an IPv6 packet on the wire (RFC 4291 §2.5.5.2): it is taken as the IPv4 "${v4}"; write "${v4}"`;
 }
 
+/**
+ * A DNS name (deb.debian.org, *.example.com): dot-separated labels of letters, digits and "-",
+ * ending in a letter label. Network names have no dots, and addresses are caught before.
+ */
+function isDomainName(name: string): boolean {
+  const labels = name.replace(/^\*\./, '').replace(/\.$/, '').split('.');
+  return (
+    labels.length >= 2 &&
+    name.length <= 253 &&
+    labels.every((l) => /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/i.test(l)) &&
+    /^[a-z]{2,63}$/i.test(labels.at(-1) ?? '')
+  );
+}
+
 function describeHostBits(entry: string, prefix: Prefix): string {
   const clean = AddressSet.fromPrefixes([prefix]).describe();
-  return `"${entry}" has host bits set, so it means "${clean}": write "${clean}", or the address alone for one host`;
+  return `"${entry}" has host bits set, so it matches all of "${clean}", not just the address written: write the address alone for one host, or "${clean}" if the whole range is meant`;
 }
 
 /** A list file's text; only a regular file (a FIFO or a device would block, or never end). */
@@ -161,6 +175,14 @@ export class NetworkResolver {
 
   private resolveReference(name: string, at: Path): AddressSet | undefined {
     if (this.options.broken?.has(name) === true) return undefined;
+    if (!Object.hasOwn(this.definitions, name) && isDomainName(name)) {
+      this.collector.at(
+        at,
+        'domain-name',
+        `"${name}" is a domain name: egressguard cannot match destinations by name yet (a later version adds "domains:" for that); list its addresses or prefixes under "networks" and use that network's name`,
+      );
+      return undefined;
+    }
     if (!Object.hasOwn(this.definitions, name)) {
       this.collector.at(
         at,
@@ -250,14 +272,14 @@ export class NetworkResolver {
       return AddressSet.EMPTY;
     }
     if (text.startsWith('\uFEFF')) text = text.slice(1);
-    const counts = { 'malformed-cidr': 0, 'host-bits': 0, 'ipv4-mapped-address': 0 };
+    const counts = { 'malformed-cidr': 0, 'host-bits-in-list': 0, 'ipv4-mapped-address': 0 };
     const set = parsePrefixList(text, (issue) => {
       const code =
         issue.kind === 'malformed'
           ? 'malformed-cidr'
           : issue.kind === 'ipv4-mapped'
             ? 'ipv4-mapped-address'
-            : 'host-bits';
+            : 'host-bits-in-list';
       counts[code]++;
       if (counts[code] > MAX_LINE_ISSUES_PER_FILE) return;
       this.collector.inFile(
@@ -272,7 +294,7 @@ export class NetworkResolver {
             : describeHostBits(issue.entry, issue.prefix),
       );
     });
-    for (const code of ['malformed-cidr', 'host-bits', 'ipv4-mapped-address'] as const) {
+    for (const code of ['malformed-cidr', 'host-bits-in-list', 'ipv4-mapped-address'] as const) {
       if (counts[code] <= MAX_LINE_ISSUES_PER_FILE) continue;
       this.collector.at(
         at,

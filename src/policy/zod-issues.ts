@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import { didYouMean } from './did-you-mean.js';
+import { closestName, didYouMean } from './did-you-mean.js';
 import { formatPath } from './issue.js';
 import type { IssueCollector, Path } from './locator.js';
 import { describeAt, knownKeysAt } from './schema.js';
@@ -45,14 +45,20 @@ function reportIssue(
     case 'unrecognized_keys':
       for (const key of issue.keys) {
         const known = knownKeysAt(path);
-        const suggestion = didYouMean(key, known);
-        collector.atKey(
-          [...path, key],
-          'unknown-field',
-          suggestion === ''
-            ? `Unknown field "${key}" in ${where}: remove it, or use one of ${known.map((k) => `"${k}"`).join(', ')}`
-            : `Unknown field "${key}" in ${where}${suggestion}`,
-        );
+        const meant = closestName(key, known);
+        if (meant === undefined) {
+          collector.atKey(
+            [...path, key],
+            'unknown-field',
+            `Unknown field "${key}" in ${where}: remove it, or use one of ${known.map((k) => `"${k}"`).join(', ')}`,
+          );
+        } else {
+          collector.misspelled(
+            [...path, key],
+            meant,
+            `Unknown field "${key}" in ${where} (did you mean "${meant}"?)`,
+          );
+        }
       }
       return;
     case 'invalid_type':
@@ -209,6 +215,7 @@ function reportMissing(path: Path, collector: IssueCollector): void {
     parent,
     'missing-field',
     `Missing required field "${field}" in ${where}: add it${description === undefined ? '' : ` (${lowerFirst(description)})`}`,
+    { absent: { object: parent, field } },
   );
 }
 

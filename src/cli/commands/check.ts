@@ -40,10 +40,10 @@ interface FileReport {
 /** `check POLICY…`: validates, then runs each probe through the reference evaluator. */
 export function runCheck(
   files: readonly string[],
-  options: { facts?: string | undefined; json?: boolean | undefined },
+  options: { facts?: string | undefined; json?: boolean | undefined; strict?: boolean | undefined },
   output: Output,
 ): number {
-  const reports = files.map((file) => checkFile(file, options.facts));
+  const reports = files.map((file) => checkFile(file, options.facts, options.strict === true));
   if (options.json === true) {
     printJson(output, { valid: reports.every((r) => r.valid), files: reports });
   } else {
@@ -53,7 +53,7 @@ export function runCheck(
   return reports.every((r) => r.valid) ? EXIT.ok : EXIT.failed;
 }
 
-function checkFile(file: string, factsOption: string | undefined): FileReport {
+function checkFile(file: string, factsOption: string | undefined, strict: boolean): FileReport {
   const parsed = loadPolicy(file);
   const issues = [...parsed.issues];
   const policy = parsed.policy;
@@ -111,7 +111,7 @@ function checkFile(file: string, factsOption: string | undefined): FileReport {
   });
   return {
     file,
-    valid: !hasErrors(issues),
+    valid: !hasErrors(issues) && !(strict && issues.length > 0),
     issues,
     facts: factsFile ?? null,
     probes: [...results, ...podResults].map((r) => ({
@@ -139,7 +139,12 @@ function printReport(report: FileReport, output: Output): void {
   const counts = `${errors} error${errors === 1 ? '' : 's'}, ${warnings} warning${warnings === 1 ? '' : 's'}`;
   if (!report.valid) {
     // A policy that cannot be read is not invalid: nothing of it was seen.
-    const verdict = unreadablePolicy(report.issues) === undefined ? 'invalid' : 'cannot be read';
+    const verdict =
+      unreadablePolicy(report.issues) !== undefined
+        ? 'cannot be read'
+        : errors === 0
+          ? 'invalid under --strict, which fails on warnings'
+          : 'invalid';
     printLine(output, paint(output, 'red', `✗ ${report.file}: ${verdict} (${counts})`));
     return;
   }
@@ -167,11 +172,12 @@ export function registerCheck(program: Command, ctx: CommandContext): void {
     .argument('<policy...>', 'policy files (YAML)')
     .option('--facts <file>', 'host facts (default: facts.json beside each policy)')
     .option('--json', 'print the issues and probe results as JSON')
+    .option('--strict', 'fail (exit 1) on warnings too')
     .addHelpText(
       'after',
       '\nExample:\n  egressguard check testdata/policies/valid/linux-vpn-gateway/policy.yaml',
     )
-    .action((files: string[], opts: { facts?: string; json?: boolean }) => {
+    .action((files: string[], opts: { facts?: string; json?: boolean; strict?: boolean }) => {
       ctx.setExit(runCheck(files, opts, ctx.output));
     });
 }
