@@ -53,6 +53,7 @@ export const ISSUE_CODES = {
   'host-bits-in-list': 'warning',
   'ipv4-mapped-address': 'warning',
   'ingress-not-on-host': 'warning',
+  'masquerade-without-address': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;
