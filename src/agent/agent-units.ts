@@ -1,3 +1,5 @@
+import { systemdQuote } from '../core/index.js';
+
 /** The service definitions the agent templates for itself. */
 export type AgentUnitKind = 'systemd' | 'launchd';
 
@@ -40,6 +42,8 @@ export function renderAgentUnit(
         `ExecStart=${argv.map(systemdQuote).join(' ')}`,
         'Restart=always',
         'RestartSec=5',
+        // 0: the host was decommissioned, 1: its credential revoked; a restart is refused again.
+        'RestartPreventExitStatus=0 1',
         // SIGTERM stops the long poll; an apply in flight finishes under the host lock.
         'KillSignal=SIGTERM',
         'TimeoutStopSec=60',
@@ -88,16 +92,6 @@ export function renderAgentUnit(
       '',
     ].join('\n'),
   };
-}
-
-/**
- * One word of a systemd command line: `%` and `$` are specifiers and variables to systemd, and a
- * word with spaces or quotes goes in double quotes with C-style escapes (systemd.syntax(7)).
- */
-function systemdQuote(word: string): string {
-  const escaped = word.replaceAll('%', '%%').replaceAll('$', '$$$$');
-  if (/^[A-Za-z0-9_@%+=:,./-]+$/.test(escaped)) return escaped;
-  return `"${escaped.replaceAll('\\', '\\\\').replaceAll('"', '\\"')}"`;
 }
 
 function xmlEscape(text: string): string {

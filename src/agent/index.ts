@@ -16,7 +16,13 @@ export {
   type FirewallGeneration,
 } from './firewall-engine.js';
 export { Reconciler, type AttemptRecord, type ReconcilerMemory } from './reconciler.js';
-export { runAgent, systemAgentClock, type AgentClock, type AgentOptions } from './run-agent.js';
+export {
+  runAgent,
+  systemAgentClock,
+  type AgentClock,
+  type AgentEnd,
+  type AgentOptions,
+} from './run-agent.js';
 export { createAgentMetrics, type AgentMetrics } from './agent-metrics.js';
 export {
   AGENT_UNIT_KINDS,

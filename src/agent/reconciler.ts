@@ -42,6 +42,12 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
   #desired: BundleResponse | null;
   #appliedHash: string | null;
   #invalidHash: string | null = null;
+  /**
+   * The last bundle the agent could not take (it failed the wire's checks): reported once, and
+   * asked for again on its own failure budget, not at every poll.
+   */
+  #refused: RefusedBundle | undefined;
+  readonly #refusals: FailureBudget;
   #forcePending = false;
   #reportedFactsDigest: string | null = null;
   #lastReport = '';
@@ -66,6 +72,7 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     this.#engine = options.engine;
     this.#clock = options.clock;
     this.#budget = new FailureBudget(options.backoff ?? DEFAULT_BACKOFF, options.random);
+    this.#refusals = new FailureBudget(options.backoff ?? DEFAULT_BACKOFF, options.random);
     this.#agentVersion = options.agentVersion;
     this.#desired = options.memory?.desired ?? null;
     this.#appliedHash = options.memory?.appliedHash ?? null;
@@ -75,22 +82,37 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     return { appliedHash: this.#appliedHash, desired: this.#desired };
   }
 
-  /** What the long poll sends back so the controller answers only when something changed. */
+  /**
+   * What the long poll sends back so the controller answers only when something changed. A
+   * refused bundle counts as known until its budget is due: then the poll asks for it again.
+   */
   get known(): { hash: string; retry: number; force: number; suspended: boolean } {
+    const refused = this.#refused;
+    const seen =
+      refused !== undefined && this.#clock.now() < this.#refusals.nextAttemptAt
+        ? refused.response
+        : this.#desired;
     return {
-      hash: this.#desired?.hash ?? '',
-      retry: this.#desired?.retryToken ?? 0,
-      force: this.#desired?.forceToken ?? 0,
-      suspended: this.#desired?.suspended ?? false,
+      hash: seen?.hash ?? '',
+      retry: seen?.retryToken ?? 0,
+      force: seen?.forceToken ?? 0,
+      suspended: seen?.suspended ?? false,
     };
   }
 
-  /** When a failed hash may be tried again (undefined: nothing is waiting on the budget). */
+  /**
+   * When a failed hash may be tried again, or a refused bundle asked for again (undefined:
+   * nothing is waiting on a budget).
+   */
   get nextAttemptAt(): number | undefined {
     const hash = this.#desired?.hash ?? null;
-    if (hash === null || this.#budget.hash !== hash || this.#budget.failures === 0)
-      return undefined;
-    return this.#budget.nextAttemptAt;
+    const applying =
+      hash === null || this.#budget.hash !== hash || this.#budget.failures === 0
+        ? undefined
+        : this.#budget.nextAttemptAt;
+    const asking = this.#refused === undefined ? undefined : this.#refusals.nextAttemptAt;
+    if (applying === undefined) return asking;
+    return asking === undefined ? applying : Math.min(applying, asking);
   }
 
   get failures(): number {
@@ -99,6 +121,10 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
 
   /** Takes the controller's answer; an operator's retry re-arms the budget, a force re-applies. */
   accept(response: BundleResponse): void {
+    if (this.#refused !== undefined) {
+      this.#refused = undefined;
+      this.#refusals.rearm();
+    }
     const before = this.#desired;
     if (before !== null && response.retryToken !== before.retryToken) {
       this.#budget.rearm();
@@ -106,6 +132,33 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
     }
     if (before !== null && response.forceToken !== before.forceToken) this.#forcePending = true;
     this.#desired = response;
+  }
+
+  /**
+   * Records a bundle this agent cannot take: what is applied stays, and the next report says why
+   * (the controller shows the host Degraded, `BundleRefused`). An operator's retry re-arms it.
+   */
+  refuse(
+    response: Omit<BundleResponse, 'bundle' | 'hash'> & { hash: string },
+    message: string,
+  ): void {
+    if (this.#refused !== undefined && this.#refused.response.retryToken !== response.retryToken) {
+      this.#refusals.rearm();
+    }
+    const now = this.#clock.now();
+    const number = this.#refusals.attemptNumber(response.hash);
+    const delay = this.#refusals.recordFailure(response.hash, now);
+    this.#refused = {
+      response: { ...response, bundle: null },
+      attempt: {
+        hash: response.hash,
+        outcome: 'refused',
+        number,
+        message,
+        durationMs: 0,
+        nextAttemptInMs: delay,
+      },
+    };
   }
 
   /**
@@ -160,6 +213,11 @@ export class Reconciler<P extends PreparedGeneration = PreparedGeneration> {
         ? await this.#attempt(target, bundle, facts, onAttempt)
         : undefined;
     this.#roundRepaired = false;
+    const refusal = this.#refused?.attempt;
+    if (attempt === undefined && refusal !== undefined && this.#refused !== undefined) {
+      report.attempt = refusal;
+      this.#refused = { response: this.#refused.response };
+    }
     if (attempt !== undefined) {
       report.attempt = attempt;
       live = await this.#engine.readStatus();
@@ -298,6 +356,12 @@ function fingerprintOf(report: StatusReport): string {
     report.drift?.repaired === true ? null : (report.drift ?? null),
     report.tunnels ?? [],
   ]);
+}
+
+/** A bundle the agent refused, and the attempt to report (until a report carries it). */
+interface RefusedBundle {
+  readonly response: BundleResponse;
+  readonly attempt?: NonNullable<StatusReport['attempt']>;
 }
 
 /** A repair not yet reported: the watchers' (table, routes) or a round's (the generation). */

@@ -1,6 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
+import { z } from 'zod';
 import {
+  AGENT_RECONNECT_CAP_MS,
   backoffDelay,
   bundleResponseSchema,
   connectController,
@@ -12,6 +14,7 @@ import {
   rotateResponseSchema,
   type BackoffPolicy,
   type Clock,
+  type ControllerAnswer,
   type ControllerConnection,
   type StatusReport,
 } from '../fleet/index.js';
@@ -92,11 +95,14 @@ const MEMORY_FILE = 'agent-memory.json';
  */
 export async function runAgent<P extends PreparedGeneration>(
   options: AgentOptions<P>,
-): Promise<'stopped' | 'decommissioned'> {
+): Promise<AgentEnd> {
   const clock = options.clock ?? systemAgentClock;
   const random = options.random ?? Math.random;
   const log = options.log ?? (() => undefined);
-  const connectBackoff = options.connectBackoff ?? { baseMs: 1_000, capMs: 60_000 };
+  const connectBackoff = options.connectBackoff ?? {
+    baseMs: 1_000,
+    capMs: AGENT_RECONNECT_CAP_MS,
+  };
   const { signal } = options;
 
   await clock.sleep(random() * (options.startJitterMs ?? 5_000), signal);
@@ -107,9 +113,9 @@ export async function runAgent<P extends PreparedGeneration>(
       enrollment = await enroll(options);
       log(`enrolled as "${enrollment.hostName}" (${enrollment.hostId})`);
     } catch (error) {
-      if (isEgressguardError(error) && error.code !== 'io') throw error;
+      if (isEgressguardError(error) && error.code !== 'io' && !isRetriable(error)) throw error;
       connectFailures += 1;
-      const delay = backoffDelay(connectFailures, connectBackoff, random);
+      const delay = retryDelay(error, connectFailures, connectBackoff, random);
       log(`warning: ${(error as Error).message}; trying again in ${Math.round(delay / 1000)} s`);
       await clock.sleep(delay, signal);
     }
@@ -188,9 +194,7 @@ export async function runAgent<P extends PreparedGeneration>(
             token: enrollment.credential,
             signal,
           });
-          if (answer.status === 410) return decommissioned(log);
-          if (answer.status !== 200)
-            throw refusal('report status', answer.status, describeRefusal(answer));
+          if (answer.status !== 200) throw refusal('report status', answer);
           reconciler.delivered(pending);
           pending = undefined;
         }
@@ -221,16 +225,15 @@ export async function runAgent<P extends PreparedGeneration>(
           timeoutMs: waitMs + 30_000,
         });
         options.metrics?.recordReachable(true);
-        connectFailures = 0;
-        if (answer.status === 410) return decommissioned(log);
         if (answer.status === 200) {
-          const bundle = bundleResponseSchema.parse(answer.body);
-          pollWaitMs = bundle.pollIntervalMs;
-          reconciler.accept(bundle);
+          connectFailures = 0;
+          pollWaitMs = takeBundle(reconciler, answer.body, log) ?? pollWaitMs;
           continue;
         }
-        if (answer.status !== 304)
-          throw refusal('poll for a bundle', answer.status, describeRefusal(answer));
+        if (answer.status !== 304) throw refusal('poll for a bundle', answer);
+        // Only an answer that is not an error ends the backoff: a controller that refuses (4xx)
+        // or fails (5xx) is asked again ever more slowly, never about once a second.
+        connectFailures = 0;
         await clock.sleep(
           random() * (options.pollJitterMs ?? Math.min(1_000, pollWaitMs / 20)),
           round.signal,
@@ -240,9 +243,14 @@ export async function runAgent<P extends PreparedGeneration>(
         // The long poll ended by the watchers: report at once; the controller was not at fault.
         // Only that: a request that failed of itself while a wakeup came is a failure.
         if (round.signal.aborted && isAbortError(error)) continue;
-        options.metrics?.recordReachable(false);
+        // The controller says this host is done (decommissioned) or its credential is no longer
+        // valid (revoked): asking again changes nothing, so the agent stops, rules kept.
+        if (error instanceof ControllerRefusal && error.status === 410) return decommissioned(log);
+        if (error instanceof ControllerRefusal && error.status === 401) return revoked(log, error);
+        // It answered (with an error) or it could not be reached.
+        options.metrics?.recordReachable(error instanceof ControllerRefusal);
         connectFailures += 1;
-        const delay = backoffDelay(connectFailures, connectBackoff, random);
+        const delay = retryDelay(error, connectFailures, connectBackoff, random);
         log(
           `warning: ${(error as Error).message}; enforcing what is applied, trying again in ${Math.round(delay / 1000)} s`,
         );
@@ -375,12 +383,7 @@ async function enroll<P extends PreparedGeneration>(options: AgentOptions<P>): P
         facts,
       },
     });
-    if (answer.status >= 500)
-      throw new EgressguardError(
-        'io',
-        `Cannot enroll with "${serverUrl}": ${describeRefusal(answer)}`,
-      );
-    if (answer.status !== 200) throw refusal('enroll', answer.status, describeRefusal(answer));
+    if (answer.status !== 200) throw refusal('enroll', answer);
     const enrolled = enrollResponseSchema.parse(answer.body);
     const enrollment: Enrollment = {
       serverUrl,
@@ -406,8 +409,7 @@ async function rotate(
   const answer = await connection.request('POST', '/v1/credential/rotate', {
     token: enrollment.credential,
   });
-  if (answer.status !== 200)
-    throw refusal('rotate the credential', answer.status, describeRefusal(answer));
+  if (answer.status !== 200) throw refusal('rotate the credential', answer);
   const next = {
     ...enrollment,
     credential: rotateResponseSchema.parse(answer.body).credential,
@@ -460,18 +462,90 @@ async function saveMemory(
   return text;
 }
 
-function refusal(action: string, status: number, message: string): EgressguardError {
-  return new EgressguardError(
-    'command-failed',
-    `Controller refused to ${action} (HTTP ${status}): ${message}`,
-  );
+/** A controller's answer that is not what was asked for: its status and when to ask again. */
+class ControllerRefusal extends EgressguardError {
+  readonly status: number;
+  readonly retryAfterMs: number;
+
+  constructor(action: string, answer: ControllerAnswer) {
+    super(
+      'command-failed',
+      `Controller refused to ${action} (HTTP ${answer.status}): ${describeRefusal(answer)}`,
+    );
+    this.status = answer.status;
+    this.retryAfterMs = (answer.retryAfterSeconds ?? 0) * 1000;
+  }
 }
+
+function refusal(action: string, answer: ControllerAnswer): ControllerRefusal {
+  return new ControllerRefusal(action, answer);
+}
+
+/** A refusal that may end by itself: the controller busy (429) or failing (5xx). */
+function isRetriable(error: unknown): boolean {
+  return error instanceof ControllerRefusal && (error.status === 429 || error.status >= 500);
+}
+
+/**
+ * How long to wait after failure number `failures`: the controller's `Retry-After` at least, plus
+ * the agent's own full-jitter backoff, so a fleet told the same delay does not return at once.
+ */
+function retryDelay(
+  error: unknown,
+  failures: number,
+  backoff: BackoffPolicy,
+  random: () => number,
+): number {
+  const floor = error instanceof ControllerRefusal ? error.retryAfterMs : 0;
+  return floor + backoffDelay(failures, backoff, random);
+}
+
+/** Why `runAgent` returned: a stop signal, or the controller ending this host's membership. */
+export type AgentEnd = 'stopped' | 'decommissioned' | 'revoked';
 
 function decommissioned(log: (line: string) => void): 'decommissioned' {
   log(
     'the controller decommissioned this host: stopping (the applied rules stay; remove them with `egressguard remove`)',
   );
   return 'decommissioned';
+}
+
+function revoked(log: (line: string) => void, error: ControllerRefusal): 'revoked' {
+  log(
+    `${error.message}: this host's credential is no longer valid (revoked); stopping, the applied rules stay (enroll again with a new bootstrap token after removing agent-enrollment.json)`,
+  );
+  return 'revoked';
+}
+
+/**
+ * Takes a 200 answer to the long poll; returns its poll interval. A bundle the agent cannot take
+ * (it fails the wire's checks) is refused: enforcement stays as it is, and the next report tells
+ * the controller why, which shows the host Degraded instead of converging for ever.
+ */
+function takeBundle(
+  reconciler: Reconciler,
+  body: unknown,
+  log: (line: string) => void,
+): number | undefined {
+  const parsed = bundleResponseSchema.safeParse(body);
+  if (parsed.success) {
+    reconciler.accept(parsed.data);
+    return parsed.data.pollIntervalMs;
+  }
+  const envelope = bundleResponseSchema.extend({ bundle: z.unknown() }).safeParse(body);
+  const issue = parsed.error.issues[0];
+  const why = `${issue?.path.join('.') ?? ''}: ${issue?.message ?? 'invalid'}`;
+  if (!envelope.success || envelope.data.hash === null) {
+    throw new EgressguardError(
+      'io',
+      `Cannot read the controller's answer to the long poll: ${why}`,
+    );
+  }
+  const { hash } = envelope.data;
+  const message = `the bundle fails this agent's checks at ${why}`;
+  log(`warning: refused bundle ${hash.slice(0, 12)}: ${message}; keeping what is applied`);
+  reconciler.refuse({ ...envelope.data, hash }, message);
+  return envelope.data.pollIntervalMs;
 }
 
 /** Whether a request failed because its signal aborted (the error, or what it wraps). */

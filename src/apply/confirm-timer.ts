@@ -170,10 +170,13 @@ export async function confirmGeneration(input: {
   /** The target's backend: its `confirmTimer` stops a timer it scheduled. */
   backend?: Backend;
   options?: BackendOptions;
+  /** Told once when the lock is found held: what holds it, so a person knows why it waits. */
+  onLockWait?: (message: string, timeoutMs: number) => void;
 }): Promise<PendingConfirm> {
   const { state } = input;
   const lock = await acquireHostLockWaiting(state, 'confirm the applied generation', {
     timeoutMs: CONFIRM_LOCK_WAIT_MS,
+    onWait: (message) => input.onLockWait?.(message, CONFIRM_LOCK_WAIT_MS),
   });
   try {
     const pending = readPendingConfirm(state);

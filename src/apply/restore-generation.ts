@@ -62,12 +62,16 @@ export async function restoreGeneration(input: {
   from?: string;
   /** How long to wait for the host lock (default 30 s). */
   lockWaitMs?: number;
+  /** Told once when the lock is found held: what holds it, so a person knows why it waits. */
+  onLockWait?: (message: string, timeoutMs: number) => void;
 }): Promise<RestoreOutcome> {
   const { state } = input;
   let lock: HostLock | undefined;
   try {
+    const timeoutMs = input.lockWaitMs ?? BOOT_LOCK_WAIT_MS;
     lock = await acquireHostLockWaiting(state, 'restore the last applied state', {
-      timeoutMs: input.lockWaitMs ?? BOOT_LOCK_WAIT_MS,
+      timeoutMs,
+      onWait: (message) => input.onLockWait?.(message, timeoutMs),
     });
   } catch (error) {
     if (input.from !== undefined || !isEgressguardError(error) || error.code !== 'lock-held') {

@@ -45,11 +45,15 @@ export async function revertUnconfirmed(input: {
   generation: number;
   /** How long to wait for the host lock (default 60 s). */
   lockWaitMs?: number;
+  /** Told once when the lock is found held: what holds it (the timer's log says why it waits). */
+  onLockWait?: (message: string, timeoutMs: number) => void;
 }): Promise<RevertOutcome> {
   const { state, generation: number } = input;
   // The lock may be held for a while (an apply, `run` repairing): the revert must still happen.
+  const timeoutMs = input.lockWaitMs ?? REVERT_LOCK_WAIT_MS;
   const lock = await acquireHostLockWaiting(state, `revert unconfirmed generation ${number}`, {
-    timeoutMs: input.lockWaitMs ?? REVERT_LOCK_WAIT_MS,
+    timeoutMs,
+    onWait: (message) => input.onLockWait?.(message, timeoutMs),
   });
   try {
     const pending = readPendingConfirm(state);

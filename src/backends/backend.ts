@@ -541,6 +541,12 @@ export interface SelftestCheck {
   readonly detail: string;
   /** The assumption of the backend's model this check confirms on the real tool, if any. */
   readonly assumption: string | null;
+  /**
+   * Why the check cannot tell on this machine (set with `ok` false): what it would observe
+   * depends on something else here (a skipped interface, a pfctl that follows another
+   * grammar), so it neither confirms nor refutes its assumption, and fails nothing.
+   */
+  readonly cannotTell?: string;
 }
 
 /**
@@ -567,6 +573,8 @@ export interface ClusterSupport {
     readonly credentials: string | undefined;
     /** The cluster's name for this node; absent: the backend's default (env, hostname). */
     readonly node: string | undefined;
+    /** This node's facts: its tunnels' addresses and, for a cluster, how to see a tunnel's exit. */
+    readonly facts?: HostFacts;
   }): Promise<ClusterConnection>;
   /** What must hold on the cluster; read through its API when credentials are given. */
   diagnose(input: { readonly credentials: string | undefined }): Promise<DoctorReport>;
@@ -581,6 +589,8 @@ export interface ClusterDuty {
   readonly nodeLabel: { readonly key: string; readonly value: string };
   /** What is kept, in words (`node label egressguard.dev/gateway-vpn=up`). */
   readonly what: string;
+  /** The cluster objects the duty relies on, by name, whose presence the node reports. */
+  readonly objects?: readonly string[];
 }
 
 /** What one converge did on the cluster. */

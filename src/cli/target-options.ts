@@ -76,3 +76,8 @@ export function describeTarget(target: HostTarget): string {
 export function warn(message: string): void {
   process.stderr.write(`warning: ${message}\n`);
 }
+
+/** The warning of a command that found the host lock held and waits for it. */
+export function warnLockWait(message: string, timeoutMs: number): void {
+  warn(`${message}; waiting up to ${Math.round(timeoutMs / 1000)}s`);
+}

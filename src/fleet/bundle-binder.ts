@@ -87,9 +87,7 @@ export function createPolicyDocumentBinder(
 ): BundleBinder<PreparedDocument> {
   return {
     preparePolicy({ text, source, pushId }) {
-      // List files would be read on the controller: the pushed text must stand alone.
-      const parsed = parsePolicy(text, `/nonexistent/egressguard-push/${source}`);
-      const issues = parsed.issues.map((issue) => ({ ...issue, file: source }));
+      const { parsed, issues } = parsePushedPolicy(text, source);
       if (hasErrors(issues) || parsed.policy === undefined) return { ok: false, issues };
       return {
         ok: true,
@@ -136,8 +134,7 @@ export function createHostIrBinder(
   const compiled = new Map<string, { hash: string; factsDigest: string }>();
   return {
     preparePolicy({ text, source, pushId, options: pushed }) {
-      const parsed = parsePolicy(text, `/nonexistent/egressguard-push/${source}`);
-      const issues = parsed.issues.map((issue) => ({ ...issue, file: source }));
+      const { parsed, issues } = parsePushedPolicy(text, source);
       if (hasErrors(issues) || parsed.policy === undefined) return { ok: false, issues };
       const encoded = encodePolicyIr(lowerPolicy(parsed.policy));
       // Compiled from the IR as the agent decodes it, so both compute the same hash.
@@ -195,6 +192,15 @@ export function createHostIrBinder(
       return { ok: true, bundle, hash: known.hash };
     },
   };
+}
+
+/**
+ * Validates pushed policy text. The controller never opens a path a client sent it: a `files:`
+ * list is an error (`fleet push` puts the lists' prefixes into the policy before it sends it).
+ */
+function parsePushedPolicy(text: string, source: string) {
+  const parsed = parsePolicy(text, source, { readListFiles: false });
+  return { parsed, issues: parsed.issues.map((issue) => ({ ...issue, file: source })) };
 }
 
 /** A stable digest of reported facts, so a change of facts re-binds the host's bundle. */

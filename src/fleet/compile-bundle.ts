@@ -52,6 +52,28 @@ export function bindingFactsOf(bundle: Pick<HostIrBundle, 'labels'>, facts: Host
 }
 
 /**
+ * Why a push may not carry these backend options, or undefined: an option no backend of this build
+ * has, or one only a host sets (a tool root runs, a file root writes: a controller must not choose
+ * them). Refused when pushed, before any host sees them (agents refuse them too).
+ */
+export function findPushOptionProblem(
+  options: Readonly<Record<string, string>>,
+  registry: BackendRegistry = defaultRegistry,
+): string | undefined {
+  const declared = new Map(registry.options().map(({ option }) => [option.key, option]));
+  for (const key of Object.keys(options).sort()) {
+    const option = declared.get(key);
+    if (option === undefined) {
+      return `Cannot push backend option "${key}": no backend has it (known: ${[...declared.keys()].sort().join(', ')})`;
+    }
+    if (option.hostOnly === true) {
+      return `Cannot push backend option "${key}" (${option.flag.split(' ')[0] ?? key}): only a host sets it (a tool root runs or a file root writes); give it to the agent on that host instead`;
+    }
+  }
+  return undefined;
+}
+
+/**
  * Binds the bundle's host-independent IR to these facts and compiles it with the backend the facts
  * choose, with the push's backend options; the controller does it to know each host's desired hash,
  * the agent to apply (its own compiler, its own facts). Deterministic: both get the same hash.

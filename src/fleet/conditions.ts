@@ -22,6 +22,8 @@ export interface HostConvergence {
   readonly liveHash: string | null;
   readonly failureHash: string | null;
   readonly failureCount: number;
+  /** `BundleRefused` when the agent could not take the bundle; else the apply failed. */
+  readonly failureReason?: string | null;
   readonly nextAttemptAt: number | null;
   readonly lastError: string | null;
   readonly invalidHash: string | null;
@@ -68,13 +70,24 @@ export function deriveConditions(host: HostConvergence): Derived[] {
       ? make('Stalled', 'False', 'BundleValid', 'the bundle is valid for this host')
       : make('Stalled', 'True', stalledReason, stalledMessage);
 
+  const nextAttempt =
+    host.nextAttemptAt === null
+      ? ''
+      : `; next attempt at ${new Date(host.nextAttemptAt).toISOString()}`;
   const degraded = failing
-    ? make(
-        'Degraded',
-        'True',
-        'ApplyFailed',
-        `attempt ${host.failureCount} failed: ${host.lastError ?? 'no message'}${host.nextAttemptAt === null ? '' : `; next attempt at ${new Date(host.nextAttemptAt).toISOString()}`}`,
-      )
+    ? host.failureReason === 'BundleRefused'
+      ? make(
+          'Degraded',
+          'True',
+          'BundleRefused',
+          `the agent refused the bundle (attempt ${host.failureCount}): ${host.lastError ?? 'no message'}${nextAttempt}`,
+        )
+      : make(
+          'Degraded',
+          'True',
+          'ApplyFailed',
+          `attempt ${host.failureCount} failed: ${host.lastError ?? 'no message'}${nextAttempt}`,
+        )
     : drift
       ? make(
           'Degraded',

@@ -10,6 +10,8 @@ import { errorResponseSchema } from './protocol.js';
 export interface ControllerAnswer {
   readonly status: number;
   readonly body: unknown;
+  /** The `Retry-After` header in seconds (a 429 or a 503): wait at least this long. */
+  readonly retryAfterSeconds?: number;
 }
 
 /** One keep-alive connection pool to a controller, verified against its CA. */
@@ -74,7 +76,12 @@ export function connectController(url: string, caPem: string | null): Controller
               } catch {
                 body = text;
               }
-              resolve({ status: response.statusCode ?? 0, body });
+              const retryAfter = parseRetryAfter(response.headers['retry-after']);
+              resolve({
+                status: response.statusCode ?? 0,
+                body,
+                ...(retryAfter === undefined ? {} : { retryAfterSeconds: retryAfter }),
+              });
             });
           },
         );
@@ -180,6 +187,15 @@ function parseControllerUrl(url: string): URL {
     );
   }
   return parsed;
+}
+
+/** `Retry-After`: delay-seconds or an HTTP date (RFC 9110 §10.2.3); at most an hour is believed. */
+function parseRetryAfter(header: string | undefined): number | undefined {
+  if (header === undefined) return undefined;
+  const seconds = /^\d+$/.test(header.trim())
+    ? Number(header)
+    : (Date.parse(header) - Date.now()) / 1000;
+  return Number.isFinite(seconds) ? Math.min(3600, Math.max(0, Math.ceil(seconds))) : undefined;
 }
 
 function describeNetworkError(error: Error): string {

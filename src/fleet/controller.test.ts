@@ -8,6 +8,7 @@ import {
   type BundleBinder,
 } from './bundle-binder.js';
 import { Controller } from './controller.js';
+import { AGENT_RECONNECT_CAP_MS, statusReportSchema } from './protocol.js';
 import { openStore, type Store } from './store/open-store.js';
 
 const POLICY = readFileSync(
@@ -67,6 +68,16 @@ async function setUp(
     }
   };
   return { store, clock, controller, enroll, restart: make };
+}
+
+/** A report of a host that applied `hash` and reads it back. */
+function converged(hash: string) {
+  return statusReportSchema.parse({
+    agentVersion: 't',
+    desiredHash: hash,
+    appliedHash: hash,
+    liveHash: hash,
+  });
 }
 
 describe('Controller (SQLite in memory, injected clock)', () => {
@@ -145,7 +156,7 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     expect((await controller.auditLog()).map((e) => e.action)).not.toContain('policy.push');
   });
 
-  it('marks a host silent after its grace, and gives every host one poll interval after a restart', async () => {
+  it('marks a host silent after its grace; after a restart, only once the agents’ longest reconnect backoff and a poll interval are over', async () => {
     const { clock, controller, enroll, restart } = await setUp();
     await enroll(['a', 'b']);
     clock.advance(59_000); // grace: two poll intervals
@@ -161,12 +172,110 @@ describe('Controller (SQLite in memory, injected clock)', () => {
       reason: 'AgentSilent',
     });
 
-    // A controller that starts now: "a" was silent long ago, but gets one poll interval to find it.
+    // A controller that starts now: "a" was silent long ago, but its agent may be in a reconnect
+    // backoff of up to AGENT_RECONNECT_CAP_MS, so it gets that and a poll interval.
     clock.advance(600_000);
     const restarted = restart();
+    expect(restarted.restartGraceMs).toBe(AGENT_RECONNECT_CAP_MS + 30_000);
+    clock.advance(AGENT_RECONNECT_CAP_MS - 3_000);
     expect((await restarted.host('a')).silent).toBe(false);
-    clock.advance(30_001);
+    clock.advance(33_001);
     expect((await restarted.host('a')).silent).toBe(true);
+  });
+
+  it('keeps a wave going through a restart while the agent is still in its reconnect backoff (57 s), and fails a host once the restart grace is over', async () => {
+    const { clock, controller, enroll, restart } = await setUp();
+    await enroll(['a', 'b']);
+    const pushed = await controller.push(
+      {
+        text: POLICY,
+        source: 'p.yaml',
+        rollout: { canary: 1, bakeMs: 120_000, maxUnavailable: 1 },
+      },
+      'op',
+    );
+    if (!pushed.ok) throw new Error('push refused');
+    const a = await controller.host('a');
+    await controller.reportStatus(a.id, converged(a.desiredHash ?? ''));
+    // The controller is down for 40 s; the canary's agent, in its reconnect backoff, finds the
+    // new one 57 s after it started (one poll interval of grace would have called it silent).
+    clock.advance(40_000);
+    const restarted = restart();
+    clock.advance(57_000);
+    await restarted.tick();
+    expect((await restarted.host('a')).silent).toBe(false);
+    expect((await restarted.rolloutView(pushed.rolloutId)).state).toBe('progressing');
+    await restarted.reportStatus(a.id, converged(a.desiredHash ?? ''));
+    clock.advance(28_000); // the canary baked
+    await restarted.tick();
+    expect((await restarted.rolloutView(pushed.rolloutId)).waves.map((w) => w.state)).toEqual([
+      'succeeded',
+      'progressing',
+    ]);
+    // Host "b" has not been seen since before the restart: silent once the grace is over, and
+    // its wave counts it as failing.
+    clock.advance(40_000 + restarted.restartGraceMs - 125_000 + 1);
+    await restarted.tick();
+    expect((await restarted.host('b')).silent).toBe(true);
+    expect((await restarted.rolloutView(pushed.rolloutId)).state).toBe('paused');
+  });
+
+  it('counts at most one drift repair a second since the host last checked in, whatever a report claims', async () => {
+    const { clock, controller, enroll } = await setUp();
+    await enroll(['a']);
+    const { id } = await controller.host('a');
+    const repaired = (repairs: number) =>
+      statusReportSchema.parse({
+        agentVersion: 't',
+        desiredHash: null,
+        appliedHash: null,
+        liveHash: null,
+        drift: { detectedHash: null, repaired: true, message: 'table deleted', repairs },
+      });
+    expect(await controller.reportStatus(id, repaired(100_000))).toEqual({ repairs: 1 });
+    clock.advance(30_000);
+    expect(await controller.reportStatus(id, repaired(100_000))).toEqual({ repairs: 31 });
+    expect(await controller.reportStatus(id, repaired(2))).toEqual({ repairs: 1 });
+    clock.advance(10_000);
+    expect(await controller.reportStatus(id, repaired(3))).toEqual({ repairs: 3 });
+    const events = await controller.events({ hostName: 'a' });
+    expect(events.filter((e) => e.kind === 'drift-repaired').map((e) => e.message)).toEqual([
+      'table deleted (it reported 100000 repairs; counted 1, one a second since its last check-in)',
+      'table deleted (it reported 100000 repairs; counted 31, one a second since its last check-in)',
+      'table deleted (it reported 2 repairs; counted 1, one a second since its last check-in)',
+      'table deleted',
+    ]);
+  });
+
+  it('pushes once per idempotency key: a retry gets the push it made, another policy under the key is refused', async () => {
+    const { store, controller, enroll } = await setUp();
+    await enroll(['a', 'b']);
+    const push = (text: string) =>
+      controller.push(
+        {
+          text,
+          source: 'p.yaml',
+          rollout: { canary: 1, maxUnavailable: 1 },
+          idempotencyKey: 'key-0001',
+        },
+        'op',
+      );
+    const first = await push(POLICY);
+    const again = await push(POLICY);
+    if (!first.ok || !again.ok) throw new Error('push refused');
+    expect(again).toMatchObject({
+      pushId: first.pushId,
+      rolloutId: first.rolloutId,
+      waves: [1, 1],
+      replayed: true,
+    });
+    await expect(push(`${POLICY}\n# another\n`)).rejects.toThrow(
+      /idempotency key "key-0001": push p\w+ used it for another policy/,
+    );
+    const pushes = await store.db.selectFrom('pushes').select('id').execute();
+    expect(pushes.map((p) => p.id)).toEqual([first.pushId]);
+    const audit = await controller.auditLog();
+    expect(audit.filter((e) => e.action === 'policy.push')).toHaveLength(1);
   });
 
   it('writes check-ins together, and never over a newer time another replica stored', async () => {
@@ -327,9 +436,11 @@ describe('Controller (SQLite in memory, injected clock)', () => {
       agentVersion: 't',
       facts: { ...FACTS, hostname: 'a' },
     });
+    // Another token (the same one may enroll it again while its credential is unused).
+    const other = await controller.createBootstrapToken({ ttlMs: 1_000, uses: 5 }, 'op');
     await expect(
       controller.enroll({
-        token,
+        token: other.token,
         hostname: 'a',
         agentVersion: 't',
         facts: { ...FACTS, hostname: 'a' },

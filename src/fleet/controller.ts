@@ -3,7 +3,8 @@ import { isEgressguardError } from '../core/index.js';
 import { parseHostFacts } from '../facts/index.js';
 import type { PolicyIssue } from '../policy/index.js';
 import { digestFacts, type BundleBinder, type BindResult } from './bundle-binder.js';
-import { systemClock, type Clock } from './clock.js';
+import { findPushOptionProblem } from './compile-bundle.js';
+import { DatabaseClock, systemClock, type Clock } from './clock.js';
 import {
   deriveConditions,
   mergeConditions,
@@ -11,12 +12,15 @@ import {
   short,
   type Condition,
 } from './conditions.js';
-import type {
-  BundleResponse,
-  EnrollRequest,
-  EnrollResponse,
-  HostBundle,
-  ParsedStatusReport,
+import {
+  AGENT_RECONNECT_CAP_MS,
+  MAX_HOST_LABELS,
+  hostLabelsSchema,
+  type BundleResponse,
+  type EnrollRequest,
+  type EnrollResponse,
+  type HostBundle,
+  type ParsedStatusReport,
 } from './protocol.js';
 import { RefusedError } from './request-error.js';
 import {
@@ -48,11 +52,20 @@ export interface ControllerOptions {
   readonly binder: BundleBinder;
   /** The controller CA's sha256 pin, written into every bootstrap token (null: plain HTTP). */
   readonly caPin: string | null;
+  /**
+   * This host's clock; the controller reads the database's through it (`syncClock`), so every
+   * stored time and every silence judgement is on the clock all replicas share.
+   */
   readonly clock?: Clock;
   /** How long an agent's long poll waits, and so how often a healthy agent checks in. */
   readonly pollIntervalMs?: number;
   /** A host is silent when it has not checked in for this long. Default: two poll intervals. */
   readonly graceMs?: number;
+  /**
+   * How long after this replica started a host that checked in before the start has to find it
+   * again before it is silent. Default: the agents' longest reconnect backoff plus a poll interval.
+   */
+  readonly restartGraceMs?: number;
   /** Events kept per host. */
   readonly eventsPerHost?: number;
 }
@@ -131,6 +144,8 @@ export type PushResult =
       readonly rolloutId: string;
       readonly waves: readonly number[];
       readonly warnings: readonly PolicyIssue[];
+      /** The push was made earlier under the same idempotency key: nothing new was pushed. */
+      readonly replayed?: boolean;
     }
   | { readonly ok: false; readonly issues: readonly PolicyIssue[] };
 
@@ -146,10 +161,21 @@ const CHECKIN_CHUNK = 500;
 const REPORT_BATCH_MAX = 200;
 const REPORT_WRITERS = 2;
 
+/** What the controller took from a report. */
+export interface ReportTaken {
+  /** Drift repairs counted: what the report says, within one a second since the last check-in. */
+  readonly repairs: number;
+}
+
+interface ReportOutcome extends ReportTaken {
+  /** The report's facts changed the host's desired hash. */
+  readonly rebound: boolean;
+}
+
 interface QueuedReport {
   readonly hostId: string;
   readonly report: ParsedStatusReport;
-  readonly resolve: () => void;
+  readonly resolve: (taken: ReportTaken) => void;
   readonly reject: (error: unknown) => void;
 }
 
@@ -161,14 +187,19 @@ interface QueuedReport {
 export class Controller {
   readonly pollIntervalMs: number;
   readonly graceMs: number;
-  readonly startedAt: number;
+  readonly restartGraceMs: number;
+  readonly #startedAtLocal: number;
   readonly #store: Store;
   readonly #binder: BundleBinder;
-  readonly #clock: Clock;
+  readonly #clock: DatabaseClock;
   readonly #caPin: string | null;
   readonly #eventsPerHost: number;
   readonly #prepared = new Map<string, unknown>();
-  readonly #bundles = new Map<string, HostBundle>();
+  /**
+   * Bound bundles by everything binding reads (push, labels, facts): a host gets a bundle bound
+   * to its own labels and facts, never another host's that happens to share its desired hash.
+   */
+  readonly #bundles = new Map<string, { readonly hash: string; readonly bundle: HostBundle }>();
   readonly #pendingEvents = new WeakMap<object, Insertable<EventTable>[]>();
   /** Check-ins not yet written, by host: when each was last seen. */
   readonly #checkins = new Map<string, number>();
@@ -180,16 +211,30 @@ export class Controller {
   constructor(options: ControllerOptions) {
     this.#store = options.store;
     this.#binder = options.binder;
-    this.#clock = options.clock ?? systemClock;
+    const local = options.clock ?? systemClock;
+    this.#clock = new DatabaseClock(local, () => options.store.readClock());
     this.#caPin = options.caPin;
     this.pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_MS;
     this.graceMs = options.graceMs ?? 2 * this.pollIntervalMs;
+    this.restartGraceMs =
+      options.restartGraceMs ??
+      Math.max(this.graceMs, AGENT_RECONNECT_CAP_MS + this.pollIntervalMs);
     this.#eventsPerHost = options.eventsPerHost ?? 100;
-    this.startedAt = this.#clock.now();
+    this.#startedAtLocal = local.now();
   }
 
   get store(): Store {
     return this.#store;
+  }
+
+  /** When this replica started, on the database's clock. */
+  get startedAt(): number {
+    return Math.round(this.#startedAtLocal + this.#clock.offsetMs);
+  }
+
+  /** Samples the database's clock again (every tick does; the server once before it listens). */
+  syncClock(): Promise<void> {
+    return this.#clock.sync();
   }
 
   // ── enrollment and credentials ────────────────────────────────────────────────────────────
@@ -205,6 +250,7 @@ export class Controller {
     actor: string,
   ): Promise<{ token: string; id: string; expiresAt: number }> {
     const now = this.#clock.now();
+    checkLabels({ ...options.labels }, 'the labels of a bootstrap token');
     const id = createId('t');
     const secret = createSecret();
     const expiresAt = now + options.ttlMs;
@@ -250,6 +296,7 @@ export class Controller {
     const hostId = createId('h');
     const credentialId = createId('c');
     const secret = createSecret();
+    let enrolledAgain: string | undefined;
     await this.#transaction(async (trx) => {
       const row = await trx
         .selectFrom('bootstrap_tokens')
@@ -268,6 +315,36 @@ export class Controller {
           `Cannot enroll host "${request.hostname}": bootstrap token "${token.id}" has expired or was revoked`,
         );
       }
+      const existing = await trx
+        .selectFrom('hosts')
+        .select(['id', 'enrolled_token_id'])
+        .where('name', '=', request.hostname)
+        .where('decommissioned_at', 'is', null)
+        .executeTakeFirst();
+      if (existing !== undefined) {
+        if (await this.#isUnansweredEnrollment(trx, existing, token.id)) {
+          // The agent enrolled, but the answer never reached it (a timeout, a broken
+          // connection): it asks again with the same token. Its unused credential is replaced.
+          enrolledAgain = existing.id;
+          await trx
+            .updateTable('credentials')
+            .set({ revoked_at: now })
+            .where('host_id', '=', existing.id)
+            .where('revoked_at', 'is', null)
+            .execute();
+          await this.#insertCredential(trx, { id: credentialId, hostId: existing.id, secret, now });
+          await this.#event(trx, {
+            hostId: existing.id,
+            kind: 'enrolled',
+            message: `enrolled again with bootstrap token "${token.id}": the first answer was not received`,
+          });
+          return;
+        }
+        throw new RefusedError(
+          'conflict',
+          `Cannot enroll host "${request.hostname}": a host of that name is enrolled; decommission it first (egressguard fleet decommission ${request.hostname})`,
+        );
+      }
       // The decrement is conditional, so two agents racing for the last use cannot both win.
       const used = await trx
         .updateTable('bootstrap_tokens')
@@ -281,19 +358,10 @@ export class Controller {
           `Cannot enroll host "${request.hostname}": bootstrap token "${token.id}" has no uses left`,
         );
       }
-      const existing = await trx
-        .selectFrom('hosts')
-        .select('id')
-        .where('name', '=', request.hostname)
-        .where('decommissioned_at', 'is', null)
-        .executeTakeFirst();
-      if (existing !== undefined) {
-        throw new RefusedError(
-          'conflict',
-          `Cannot enroll host "${request.hostname}": a host of that name is enrolled; decommission it first (egressguard fleet decommission ${request.hostname})`,
-        );
-      }
-      const labels = { ...facts.labels, ...(JSON.parse(row.labels) as Record<string, string>) };
+      const labels = checkLabels(
+        { ...facts.labels, ...(JSON.parse(row.labels) as Record<string, string>) },
+        `the labels of host "${request.hostname}" (its own and bootstrap token "${token.id}"'s)`,
+      );
       const base: HostRow = {
         id: hostId,
         name: request.hostname,
@@ -302,6 +370,7 @@ export class Controller {
         facts_digest: digestFacts(facts),
         agent_version: request.agentVersion,
         enrolled_at: now,
+        enrolled_token_id: token.id,
         last_checkin_at: now,
         desired_push_id: null,
         desired_hash: null,
@@ -313,6 +382,7 @@ export class Controller {
         failure_count: 0,
         next_attempt_at: null,
         last_error: null,
+        failure_reason: null,
         invalid_hash: null,
         invalid_message: null,
         converged_since: null,
@@ -334,18 +404,7 @@ export class Controller {
         .insertInto('hosts')
         .values({ ...host, conditions: JSON.stringify(this.#conditionsFor(host, [], now)) })
         .execute();
-      await trx
-        .insertInto('credentials')
-        .values({
-          id: credentialId,
-          host_id: hostId,
-          secret_hash: hashSecret(secret),
-          created_at: now,
-          first_used_at: null,
-          revoked_at: null,
-          replaced_by: null,
-        })
-        .execute();
+      await this.#insertCredential(trx, { id: credentialId, hostId, secret, now });
       await this.#event(trx, {
         hostId,
         kind: 'enrolled',
@@ -354,10 +413,47 @@ export class Controller {
       await this.#audit(trx, `token:${token.id}`, 'host.enroll', request.hostname, { hostId });
     });
     return {
-      hostId,
+      hostId: enrolledAgain ?? hostId,
       hostName: request.hostname,
       credential: formatCredential({ id: credentialId, secret }),
     };
+  }
+
+  /**
+   * Whether an enrolled host of this name is one whose enrollment answer was lost: enrolled with
+   * this very token, and none of its credentials ever used. Anyone else gets a conflict.
+   */
+  async #isUnansweredEnrollment(
+    trx: Transaction<Database>,
+    host: Pick<HostRow, 'id' | 'enrolled_token_id'>,
+    tokenId: string,
+  ): Promise<boolean> {
+    if (host.enrolled_token_id !== tokenId) return false;
+    const used = await trx
+      .selectFrom('credentials')
+      .select('id')
+      .where('host_id', '=', host.id)
+      .where('first_used_at', 'is not', null)
+      .executeTakeFirst();
+    return used === undefined;
+  }
+
+  async #insertCredential(
+    trx: Transaction<Database>,
+    credential: { id: string; hostId: string; secret: string; now: number },
+  ): Promise<void> {
+    await trx
+      .insertInto('credentials')
+      .values({
+        id: credential.id,
+        host_id: credential.hostId,
+        secret_hash: hashSecret(credential.secret),
+        created_at: credential.now,
+        first_used_at: null,
+        revoked_at: null,
+        replaced_by: null,
+      })
+      .execute();
   }
 
   /** The host a credential belongs to, or a refusal (unknown, revoked, decommissioned). */
@@ -408,24 +504,24 @@ export class Controller {
     return { hostId: row.host_id, credentialId: row.id };
   }
 
-  /** Issues a new credential; the old one stays valid until the new one is first used. */
+  /**
+   * Issues a new credential; the one presented stays valid until the new one is first used. At
+   * most those two are ever valid: every other credential of the host (an earlier pending one
+   * never used, an older one) is revoked now.
+   */
   async rotateCredential(identity: HostIdentity): Promise<string> {
     const now = this.#clock.now();
     const id = createId('c');
     const secret = createSecret();
     await this.#transaction(async (trx) => {
       await trx
-        .insertInto('credentials')
-        .values({
-          id,
-          host_id: identity.hostId,
-          secret_hash: hashSecret(secret),
-          created_at: now,
-          first_used_at: null,
-          revoked_at: null,
-          replaced_by: null,
-        })
+        .updateTable('credentials')
+        .set({ revoked_at: now })
+        .where('host_id', '=', identity.hostId)
+        .where('id', '!=', identity.credentialId)
+        .where('revoked_at', 'is', null)
         .execute();
+      await this.#insertCredential(trx, { id, hostId: identity.hostId, secret, now });
       await trx
         .updateTable('credentials')
         .set({ replaced_by: id })
@@ -480,12 +576,15 @@ export class Controller {
       .executeTakeFirstOrThrow();
     let bundle: HostBundle | null = null;
     if (host.desired_hash !== null && host.desired_push_id !== null) {
-      bundle = this.#bundles.get(host.desired_hash) ?? null;
-      if (bundle === null) {
+      const key = bindingKey(host, host.desired_push_id);
+      const known = this.#bundles.get(key);
+      if (known?.hash === host.desired_hash) {
+        bundle = known.bundle;
+      } else {
         const bound = await this.#bind(this.#store.db, host, host.desired_push_id);
         if (bound.ok && bound.hash === host.desired_hash) {
           bundle = bound.bundle;
-          this.#remember(bound.hash, bound.bundle);
+          this.#remember(key, bound.hash, bound.bundle);
         }
       }
     }
@@ -568,7 +667,7 @@ export class Controller {
    * on PostgreSQL: begin, lock, update, events, commit, and a converging fleet sends a thousand
    * at once).
    */
-  reportStatus(hostId: string, report: ParsedStatusReport): Promise<void> {
+  reportStatus(hostId: string, report: ParsedStatusReport): Promise<ReportTaken> {
     return new Promise((resolve, reject) => {
       this.#reportQueue.push({ hostId, report, resolve, reject });
       if (this.#reportWriters < REPORT_WRITERS) void this.#drainReports();
@@ -588,11 +687,11 @@ export class Controller {
 
   async #writeReports(batch: readonly QueuedReport[]): Promise<void> {
     const now = this.#clock.now();
-    let outcomes: (boolean | RefusedError)[];
+    let outcomes: (ReportOutcome | RefusedError)[];
     try {
       outcomes = await this.#transaction(async (trx) => {
         const rows = await this.#lockHosts(trx, [...new Set(batch.map((item) => item.hostId))]);
-        const results: (boolean | RefusedError)[] = [];
+        const results: (ReportOutcome | RefusedError)[] = [];
         const events = this.#pendingEvents.get(trx) ?? [];
         for (const { hostId, report } of batch) {
           const host = rows.get(hostId);
@@ -602,10 +701,10 @@ export class Controller {
           }
           const mark = events.length;
           try {
-            const { changes, rebound } = await this.#reportChanges(trx, host, report, now);
+            const { changes, ...outcome } = await this.#reportChanges(trx, host, report, now);
             await trx.updateTable('hosts').set(changes).where('id', '=', hostId).execute();
             rows.set(hostId, { ...host, ...changes });
-            results.push(rebound);
+            results.push(outcome);
           } catch (error) {
             // A refused report (its facts do not parse) writes nothing, events included; it is
             // refused before its update, so the transaction goes on for the others.
@@ -633,7 +732,7 @@ export class Controller {
       if (outcome instanceof RefusedError) continue;
       // The report wrote a newer check-in than one held in memory (kept if it had failed).
       if ((this.#checkins.get(item.hostId) ?? Infinity) <= now) this.#checkins.delete(item.hostId);
-      if (outcome === true) rebound.push(item.hostId);
+      if (outcome?.rebound === true) rebound.push(item.hostId);
     }
     let wakeFailure: unknown;
     try {
@@ -644,8 +743,8 @@ export class Controller {
     for (const [i, item] of batch.entries()) {
       const outcome = outcomes[i];
       if (outcome instanceof RefusedError) item.reject(outcome);
-      else if (outcome === true && wakeFailure !== undefined) item.reject(wakeFailure);
-      else item.resolve();
+      else if (outcome?.rebound === true && wakeFailure !== undefined) item.reject(wakeFailure);
+      else item.resolve({ repairs: outcome?.repairs ?? 0 });
     }
   }
 
@@ -655,7 +754,7 @@ export class Controller {
     locked: HostRow,
     report: ParsedStatusReport,
     now: number,
-  ): Promise<{ changes: Partial<HostRow>; rebound: boolean }> {
+  ): Promise<ReportOutcome & { changes: Partial<HostRow> }> {
     const hostId = locked.id;
     let host = locked;
     let rebound = false;
@@ -682,10 +781,12 @@ export class Controller {
       if (digest !== host.facts_digest) {
         changes.facts = JSON.stringify(facts);
         changes.facts_digest = digest;
-        changes.labels = JSON.stringify({
-          ...(JSON.parse(host.labels) as Record<string, string>),
-          ...facts.labels,
-        });
+        changes.labels = JSON.stringify(
+          checkLabels(
+            { ...(JSON.parse(host.labels) as Record<string, string>), ...facts.labels },
+            `the labels of host "${host.name}" (its own and its bootstrap token's)`,
+          ),
+        );
         host = { ...host, ...changes };
         if (host.desired_push_id !== null) {
           const desired = await this.#desiredFields(trx, host, host.desired_push_id);
@@ -711,6 +812,7 @@ export class Controller {
           changes.failure_count = 0;
           changes.next_attempt_at = null;
           changes.last_error = null;
+          changes.failure_reason = null;
         }
         if (host.invalid_hash === attempt.hash) {
           changes.invalid_hash = null;
@@ -722,16 +824,20 @@ export class Controller {
           message: `applied ${short(attempt.hash)} (attempt ${attempt.number}, ${Math.round(attempt.durationMs)} ms)`,
           hash: attempt.hash,
         });
-      } else if (attempt.outcome === 'failed') {
+      } else if (attempt.outcome === 'failed' || attempt.outcome === 'refused') {
+        const refused = attempt.outcome === 'refused';
         changes.failure_hash = attempt.hash;
         changes.failure_count = attempt.number;
         changes.next_attempt_at =
           attempt.nextAttemptInMs === undefined ? null : now + attempt.nextAttemptInMs;
         changes.last_error = attempt.message;
+        changes.failure_reason = refused ? 'BundleRefused' : null;
         await this.#event(trx, {
           hostId,
-          kind: 'apply-failed',
-          message: `attempt ${attempt.number} at ${short(attempt.hash)} failed: ${attempt.message}`,
+          kind: refused ? 'bundle-refused' : 'apply-failed',
+          message: refused
+            ? `the agent refused bundle ${short(attempt.hash)} (attempt ${attempt.number}): ${attempt.message}`
+            : `attempt ${attempt.number} at ${short(attempt.hash)} failed: ${attempt.message}`,
           hash: attempt.hash,
         });
       } else {
@@ -745,11 +851,20 @@ export class Controller {
         });
       }
     }
+    let repairs = 0;
     if (report.drift !== undefined) {
+      const reported = report.drift.repaired ? (report.drift.repairs ?? 1) : 0;
+      // A watcher repairs in seconds, not faster: more than one a second since the host last
+      // checked in is not believed (a host's report must not inflate the fleet's counters).
+      const last = locked.last_checkin_at ?? locked.enrolled_at;
+      repairs = Math.min(reported, 1 + Math.floor(Math.max(0, now - last) / 1000));
       await this.#event(trx, {
         hostId,
         kind: report.drift.repaired ? 'drift-repaired' : 'drift',
-        message: report.drift.message,
+        message:
+          repairs < reported
+            ? `${report.drift.message} (it reported ${reported} repairs; counted ${repairs}, one a second since its last check-in)`
+            : report.drift.message,
         hash: report.drift.detectedHash,
       });
     }
@@ -758,7 +873,7 @@ export class Controller {
     const conditions = this.#conditionsFor({ ...next, ...changes }, previous, now);
     changes.conditions = JSON.stringify(conditions);
     await this.#recordTransitions(trx, hostId, previous, conditions);
-    return { changes, rebound };
+    return { changes, rebound, repairs };
   }
 
   // ── operators ─────────────────────────────────────────────────────────────────────────────
@@ -771,12 +886,19 @@ export class Controller {
       rollout?: RolloutParamsInput;
       /** Backend options for every host's compile (`--rule-priority`…). */
       options?: Readonly<Record<string, string>>;
+      /**
+       * The client's key for this push: a push sent again with it (a retry after an error or a
+       * lost answer) is answered with the push it made, never made twice.
+       */
+      idempotencyKey?: string;
     },
     actor: string,
     kind: 'push' | 'rollback' = 'push',
   ): Promise<PushResult> {
     const pushId = createId('p');
     const options = input.options ?? {};
+    const optionProblem = findPushOptionProblem(options);
+    if (optionProblem !== undefined) throw new RefusedError('invalid-request', optionProblem);
     const prepared = this.#binder.preparePolicy({
       text: input.text,
       source: input.source,
@@ -784,20 +906,101 @@ export class Controller {
       options,
     });
     if (!prepared.ok) return { ok: false, issues: prepared.issues };
+    const key = input.idempotencyKey;
+    const replay = async (): Promise<PushResult | undefined> =>
+      key === undefined
+        ? undefined
+        : this.#replayPush(key, prepared.digest, input.source, prepared.warnings);
+    const earlier = await replay();
+    if (earlier !== undefined) return earlier;
     this.#prepared.set(pushId, prepared.prepared);
     const now = this.#clock.now();
     const rolloutId = createId('r');
-    const waves = await this.#transaction(async (trx) => {
+    let waves: number[];
+    try {
+      waves = await this.#recordPush(
+        { pushId, rolloutId, kind, now, digest: prepared.digest, ...input, options },
+        actor,
+      );
+    } catch (error) {
+      // The same key pushed at once by another request (or replica) that won the unique index.
+      const raced = await replay().catch(() => undefined);
+      if (raced !== undefined) return raced;
+      throw error;
+    }
+    // The push is committed: a store that fails now (its disk full) delays the first wave, which
+    // the ticker starts as soon as it can, but does not make the push a failure to be retried.
+    await this.advanceRollout(rolloutId).catch((error: unknown) => {
+      if (this.#store.noteFailure(error) === undefined) throw error;
+    });
+    return { ok: true, pushId, rolloutId, waves, warnings: prepared.warnings };
+  }
+
+  /** The push an idempotency key already made, or undefined; a key reused for another policy is refused. */
+  async #replayPush(
+    key: string,
+    digest: string,
+    source: string,
+    warnings: readonly PolicyIssue[],
+  ): Promise<PushResult | undefined> {
+    const push = await this.#store.db
+      .selectFrom('pushes')
+      .innerJoin('rollouts', 'rollouts.push_id', 'pushes.id')
+      .select(['pushes.id as pushId', 'pushes.policy_digest as digest', 'rollouts.id as rolloutId'])
+      .where('pushes.idempotency_key', '=', key)
+      .executeTakeFirst();
+    if (push === undefined) return undefined;
+    if (push.digest !== digest) {
+      throw new RefusedError(
+        'conflict',
+        `Cannot push "${source}" with idempotency key "${key}": push ${push.pushId} used it for another policy or options; use a new key`,
+      );
+    }
+    const waves = await this.#store.db
+      .selectFrom('waves')
+      .select('host_ids')
+      .where('rollout_id', '=', push.rolloutId)
+      .orderBy('wave_index')
+      .execute();
+    return {
+      ok: true,
+      pushId: push.pushId,
+      rolloutId: push.rolloutId,
+      waves: waves.map((w) => (JSON.parse(w.host_ids) as string[]).length),
+      warnings,
+      replayed: true,
+    };
+  }
+
+  /** Writes a push, its rollout and its waves in one transaction; returns the waves' sizes. */
+  async #recordPush(
+    push: {
+      pushId: string;
+      rolloutId: string;
+      kind: 'push' | 'rollback';
+      now: number;
+      digest: string;
+      text: string;
+      source: string;
+      rollout?: RolloutParamsInput;
+      options: Readonly<Record<string, string>>;
+      idempotencyKey?: string;
+    },
+    actor: string,
+  ): Promise<number[]> {
+    const { pushId, rolloutId, kind, now } = push;
+    return this.#transaction(async (trx) => {
       await trx
         .insertInto('pushes')
         .values({
           id: pushId,
-          policy_text: input.text,
-          policy_digest: prepared.digest,
-          source: input.source,
+          policy_text: push.text,
+          policy_digest: push.digest,
+          source: push.source,
           kind,
           created_at: now,
-          backend_options: JSON.stringify(options),
+          backend_options: JSON.stringify(push.options),
+          idempotency_key: push.idempotencyKey ?? null,
         })
         .execute();
       await this.#supersedeRollouts(trx, rolloutId);
@@ -807,7 +1010,7 @@ export class Controller {
         .where('decommissioned_at', 'is', null)
         .orderBy('name')
         .execute();
-      const params = resolveRolloutParams(input.rollout ?? {}, hosts.length);
+      const params = resolveRolloutParams(push.rollout ?? {}, hosts.length);
       const planned = planWaves(
         hosts.map((h) => h.id),
         params,
@@ -841,18 +1044,17 @@ export class Controller {
       await this.#event(trx, {
         rolloutId,
         kind: 'rollout-created',
-        message: `${kind} ${pushId} from "${input.source}": ${planned.length} waves (${planned.map((w) => w.length).join(', ')} hosts)`,
+        message: `${kind} ${pushId} from "${push.source}": ${planned.length} waves (${planned.map((w) => w.length).join(', ')} hosts)`,
       });
       await this.#audit(trx, actor, kind === 'push' ? 'policy.push' : 'policy.rollback', pushId, {
-        source: input.source,
-        digest: prepared.digest,
+        source: push.source,
+        digest: push.digest,
         rolloutId,
         params,
+        ...(push.idempotencyKey === undefined ? {} : { idempotencyKey: push.idempotencyKey }),
       });
       return planned.map((w) => w.length);
     });
-    await this.advanceRollout(rolloutId);
-    return { ok: true, pushId, rolloutId, waves, warnings: prepared.warnings };
   }
 
   /** Rolls the fleet back to the policy pushed before the current one, in one wave. */
@@ -986,6 +1188,7 @@ export class Controller {
 
   /** Advances every progressing rollout one judgement: the ticker of each replica calls this. */
   async tick(): Promise<void> {
+    await this.syncClock();
     await this.flushCheckins();
     const rollouts = await this.#store.db
       .selectFrom('rollouts')
@@ -1102,7 +1305,7 @@ export class Controller {
   // ── views ─────────────────────────────────────────────────────────────────────────────────
 
   async listHosts(options: { includeDecommissioned?: boolean } = {}): Promise<HostView[]> {
-    await this.flushCheckins();
+    await this.#flushBeforeRead();
     let query = this.#store.db.selectFrom('hosts').selectAll().orderBy('name');
     if (options.includeDecommissioned !== true)
       query = query.where('decommissioned_at', 'is', null);
@@ -1111,8 +1314,20 @@ export class Controller {
   }
 
   async host(hostName: string): Promise<HostView> {
-    await this.flushCheckins();
+    await this.#flushBeforeRead();
     return this.#view(await this.#hostByName(this.#store.db, hostName), this.#clock.now());
+  }
+
+  /**
+   * Writes the check-ins held in memory so a view shows them; a store that cannot write (its disk
+   * full) still serves the view, a little behind (they stay held for the next flush).
+   */
+  async #flushBeforeRead(): Promise<void> {
+    try {
+      await this.flushCheckins();
+    } catch (error) {
+      if (this.#store.noteFailure(error)?.state !== 'disk-full') throw error;
+    }
   }
 
   async listRollouts(limit = 20): Promise<RolloutView[]> {
@@ -1388,6 +1603,7 @@ export class Controller {
         failure_count: 0,
         next_attempt_at: null,
         last_error: null,
+        failure_reason: null,
       });
       await this.#event(trx, {
         hostId: host.id,
@@ -1419,7 +1635,7 @@ export class Controller {
         desired_error: JSON.stringify({ reason: bound.reason, message: bound.message }),
       };
     }
-    this.#remember(bound.hash, bound.bundle);
+    this.#remember(bindingKey(host, pushId), bound.hash, bound.bundle);
     return { desired_push_id: pushId, desired_hash: bound.hash, desired_error: null };
   }
 
@@ -1456,9 +1672,9 @@ export class Controller {
     });
   }
 
-  #remember(hash: string, bundle: HostBundle): void {
+  #remember(key: string, hash: string, bundle: HostBundle): void {
     if (this.#bundles.size >= 20_000) this.#bundles.clear();
-    this.#bundles.set(hash, bundle);
+    this.#bundles.set(key, { hash, bundle });
   }
 
   async #baselinePush(db: Db): Promise<string | undefined> {
@@ -1532,6 +1748,7 @@ export class Controller {
         liveHash: host.live_hash,
         failureHash: host.failure_hash,
         failureCount: host.failure_count,
+        failureReason: host.failure_reason,
         nextAttemptAt: host.next_attempt_at,
         lastError: host.last_error,
         invalidHash: host.invalid_hash,
@@ -1564,8 +1781,13 @@ export class Controller {
 
   #silentSince(host: HostRow, now: number): number | null {
     const last = host.last_checkin_at ?? host.enrolled_at;
-    // After a controller restart every agent gets one poll interval to find it again.
-    const deadline = Math.max(last + this.graceMs, this.startedAt + this.pollIntervalMs);
+    // A host last seen before this replica started may be in its agent's reconnect backoff (up to
+    // AGENT_RECONNECT_CAP_MS): it is silent only once the restart grace is over too.
+    const startedAt = this.startedAt;
+    const deadline =
+      last < startedAt
+        ? Math.max(last + this.graceMs, startedAt + this.restartGraceMs)
+        : last + this.graceMs;
     return now > deadline ? last : null;
   }
 
@@ -1679,6 +1901,28 @@ export class Controller {
       .values({ at: this.#clock.now(), actor, action, target, details: JSON.stringify(details) })
       .execute();
   }
+}
+
+/**
+ * Refuses labels a bundle could not carry (more than MAX_HOST_LABELS, or too long), so that a
+ * host's labels never make its own bundle, or a rollout, fail later.
+ */
+function checkLabels(labels: Record<string, string>, what: string): Record<string, string> {
+  const parsed = hostLabelsSchema.safeParse(labels);
+  if (parsed.success) return labels;
+  const count = Object.keys(labels).length;
+  const key = parsed.error.issues[0]?.path[0];
+  throw new RefusedError(
+    'invalid-request',
+    count > MAX_HOST_LABELS
+      ? `Cannot take ${what}: ${count} labels, at most ${MAX_HOST_LABELS}: remove some from the host's labels file or the token's --label`
+      : `Cannot take ${what}: label ${JSON.stringify(String(key))} is too long or empty: keys are 1 to 128 characters, values at most 256`,
+  );
+}
+
+/** Everything binding a push to a host reads: the push, the host's labels and its facts. */
+function bindingKey(host: Pick<HostRow, 'labels' | 'facts_digest'>, pushId: string): string {
+  return `${pushId}\n${host.facts_digest ?? ''}\n${host.labels}`;
 }
 
 function convergedSince(host: HostRow, now: number): number | null {

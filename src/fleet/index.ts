@@ -6,6 +6,7 @@ export {
   type HostIdentity,
   type HostView,
   type PushResult,
+  type ReportTaken,
   type RolloutView,
   type WaveView,
 } from './controller.js';
@@ -25,6 +26,7 @@ export {
   bindingFactsOf,
   compileBundle,
   digestBindingFacts,
+  findPushOptionProblem,
   type CompileBundleResult,
   type CompiledBundle,
 } from './compile-bundle.js';
@@ -49,4 +51,10 @@ export * from './protocol.js';
 export { RefusedError, type RefusalCode } from './request-error.js';
 export { type RolloutParamsInput } from './rollout-plan.js';
 export { parseBootstrapToken, type BootstrapToken } from './secrets.js';
-export { openStore, type Store } from './store/open-store.js';
+export { openStore, type Store, type StoreOptions } from './store/open-store.js';
+export {
+  classifyStoreError,
+  type StoreFault,
+  type StoreHealth,
+  type StoreState,
+} from './store/store-health.js';

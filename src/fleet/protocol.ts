@@ -34,6 +34,28 @@ export const pushOptionsSchema = z
   )
   .refine((o) => Object.keys(o).length <= 32, 'at most 32 options');
 
+/** The most labels a host may carry (its own and its bootstrap token's together). */
+export const MAX_HOST_LABELS = 64;
+
+/**
+ * A host's labels, as a token mints them, an agent reports them and a bundle carries them: at most
+ * `MAX_HOST_LABELS`, keys up to 128 characters, values up to 256.
+ */
+export const hostLabelsSchema = z
+  .record(z.string().min(1).max(128), z.string().max(256))
+  .refine((l) => Object.keys(l).length <= MAX_HOST_LABELS, `at most ${MAX_HOST_LABELS} labels`);
+
+/**
+ * The longest reconnect backoff of an agent (its delay between tries while the controller cannot
+ * be reached or refuses): a restarted controller waits this long, and a poll interval, before it
+ * calls a host that checked in before the restart silent.
+ */
+export const AGENT_RECONNECT_CAP_MS = 60_000;
+
+/** The most counters and tunnels one status report may carry. */
+export const MAX_REPORT_COUNTERS = 4096;
+export const MAX_REPORT_TUNNELS = 256;
+
 export const hostIrBundleSchema = z.strictObject({
   format: z.literal(BUNDLE_FORMAT),
   pushId: z.string().max(64),
@@ -47,10 +69,7 @@ export const hostIrBundleSchema = z.strictObject({
    * The host's labels as the controller holds them (its bootstrap token's and its own), which
    * select the classes bound on it; absent: the host's own (`bindingFactsOf`).
    */
-  labels: z
-    .record(z.string().max(128), z.string().max(256))
-    .refine((l) => Object.keys(l).length <= 64, 'at most 64 labels')
-    .optional(),
+  labels: hostLabelsSchema.optional(),
 });
 export type HostIrBundle = z.infer<typeof hostIrBundleSchema>;
 
@@ -112,7 +131,11 @@ export const bundleResponseSchema = z.strictObject({
 });
 export type BundleResponse = z.infer<typeof bundleResponseSchema>;
 
-const attemptOutcomeSchema = z.enum(['applied', 'failed', 'invalid']);
+/**
+ * `refused`: the agent could not take the bundle the controller sent (it failed the agent's
+ * checks): the host is Degraded with the reason, and the agent asks again on its failure budget.
+ */
+const attemptOutcomeSchema = z.enum(['applied', 'failed', 'invalid', 'refused']);
 
 export const statusReportSchema = z.strictObject({
   agentVersion: z.string().max(64),
@@ -145,8 +168,17 @@ export const statusReportSchema = z.strictObject({
       repairs: z.number().int().positive().max(100_000).optional(),
     })
     .optional(),
-  counters: z.record(z.string().max(128), z.number()).default({}),
-  tunnels: z.array(z.strictObject({ name: z.string().max(64), up: z.boolean() })).default([]),
+  counters: z
+    .record(z.string().max(128), z.number().nonnegative())
+    .refine(
+      (c) => Object.keys(c).length <= MAX_REPORT_COUNTERS,
+      `at most ${MAX_REPORT_COUNTERS} counters`,
+    )
+    .default({}),
+  tunnels: z
+    .array(z.strictObject({ name: z.string().max(64), up: z.boolean() }))
+    .max(MAX_REPORT_TUNNELS)
+    .default([]),
 });
 export type StatusReport = z.input<typeof statusReportSchema>;
 export type ParsedStatusReport = z.output<typeof statusReportSchema>;

@@ -7,7 +7,8 @@ export type RefusalCode =
   | 'conflict'
   | 'gone'
   | 'payload-too-large'
-  | 'policy-invalid';
+  | 'policy-invalid'
+  | 'rate-limited';
 
 const STATUS: Record<RefusalCode, number> = {
   'invalid-request': 400,
@@ -18,6 +19,7 @@ const STATUS: Record<RefusalCode, number> = {
   gone: 410,
   'payload-too-large': 413,
   'policy-invalid': 422,
+  'rate-limited': 429,
 };
 
 /** A request the controller refuses; nothing was changed. */
@@ -25,12 +27,19 @@ export class RefusedError extends Error {
   readonly code: RefusalCode;
   readonly status: number;
   readonly issues: readonly unknown[] | undefined;
+  /** Seconds the caller should wait before it asks again (a `Retry-After` header). */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(code: RefusalCode, message: string, issues?: readonly unknown[]) {
+  constructor(
+    code: RefusalCode,
+    message: string,
+    details: { readonly issues?: readonly unknown[]; readonly retryAfterSeconds?: number } = {},
+  ) {
     super(message);
     this.name = 'RefusedError';
     this.code = code;
     this.status = STATUS[code];
-    this.issues = issues;
+    this.issues = details.issues;
+    this.retryAfterSeconds = details.retryAfterSeconds;
   }
 }

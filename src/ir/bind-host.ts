@@ -1,6 +1,7 @@
 import {
   AddressSet,
   EgressguardError,
+  formatAddress,
   parsePrefix,
   type Family,
   type Prefix,
@@ -53,7 +54,15 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     const iface = facts.interfaces.find((i) => i.name === name);
     // Absent: the tunnel is down or not created yet; assume it carries both until it says not.
     const families: Family[] = iface?.ipv6 === false ? [4] : [4, 6];
-    return { kind: 'tunnel', name, declared, families, present: iface !== undefined };
+    return {
+      kind: 'tunnel',
+      name,
+      declared,
+      families,
+      present: iface !== undefined,
+      addresses: [...(iface?.addresses ?? [])],
+      peer: iface?.peer ?? null,
+    };
   });
   const own = ir.classes
     .filter((c) => isClassOnHost(c, facts))
@@ -65,6 +74,7 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     uplink,
     tunnels,
     localPrefixes: AddressSet.fromPrefixes(localPrefixes),
+    ...hostAddresses(facts),
     reassembly: ir.reassembly,
     classes,
     podClasses: ir.podClasses.map((c) => ({
@@ -73,6 +83,24 @@ export function bindHost(ir: PolicyIR, facts: HostFacts): HostIR {
     })),
     cluster: bindCluster(facts),
   });
+}
+
+const LINK_LOCAL_V6 = AddressSet.parse(['fe80::/10']);
+
+/** What the host takes as its own, as HostIR names it (hostInterfaces, ipv6NatSources). */
+function hostAddresses(facts: HostFacts): Pick<HostIR, 'hostInterfaces' | 'ipv6NatSources'> {
+  const hostOf = (address: string): Prefix | undefined => parsePrefix(address.split('/')[0] ?? '');
+  const interfaces: string[] = [];
+  const natSources: Record<string, string> = {};
+  for (const iface of facts.interfaces) {
+    const own = iface.addresses.map(hostOf).filter((p): p is Prefix => p !== undefined);
+    if (own.length > 0) interfaces.push(iface.name);
+    const global = own.find((p) => p.family === 6 && !LINK_LOCAL_V6.contains(6, p.start));
+    if (global !== undefined && !(iface.name in natSources)) {
+      natSources[iface.name] = formatAddress(6, global.start);
+    }
+  }
+  return { hostInterfaces: [...new Set(interfaces)].sort(), ipv6NatSources: natSources };
 }
 
 function bindCluster(facts: HostFacts): ClusterIR | null {

@@ -218,6 +218,13 @@ export interface TunnelIR {
    * (a filter rule that routes to it) compiles the class kill-switch-only instead.
    */
   readonly present: boolean;
+  /**
+   * Its own addresses and point-to-point peer as the facts show them (none while absent): a VPN
+   * that reconnects gets new ones, and what was translated to the old ones must not live on, so
+   * they are part of what a host's config hash covers.
+   */
+  readonly addresses: readonly string[];
+  readonly peer: string | null;
 }
 
 export type BoundViaIR =
@@ -253,6 +260,18 @@ export interface HostIR {
    * directly (throw routes), or LAN traffic and replies would go into the tunnel.
    */
   readonly localPrefixes: AddressSet;
+  /**
+   * The host's interfaces that have an address, by name, sorted: what the host takes as its own
+   * (`self`), named so a backend can follow their addresses live as they change (pf: `(en0)`)
+   * rather than freeze them when its rules load.
+   */
+  readonly hostInterfaces: readonly string[];
+  /**
+   * Per interface, its first IPv6 address beyond link-local (RFC 4291 §2.5.6: a link-local
+   * address is never a source toward another link): the address an IPv6 masquerade on it gives,
+   * as the IR's evaluator takes it. Interfaces without one are absent.
+   */
+  readonly ipv6NatSources: Readonly<Record<string, string>>;
   readonly reassembly: ReassemblyIR;
   /** The classes this host carries (its labels match), in policy order. */
   readonly classes: readonly HostClassIR[];

@@ -1,4 +1,5 @@
-export { loadPolicy, parsePolicy, type ParseResult } from './parse-policy.js';
+export { loadPolicy, parsePolicy, type ParseOptions, type ParseResult } from './parse-policy.js';
+export { inlineListFiles } from './inline-list-files.js';
 export {
   ISSUE_CODES,
   formatIssue,

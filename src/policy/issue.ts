@@ -52,6 +52,7 @@ export const ISSUE_CODES = {
   'empty-network': 'warning',
   'host-bits-in-list': 'warning',
   'ipv4-mapped-address': 'warning',
+  'dhcp-to-host-denied': 'warning',
   'ingress-not-on-host': 'warning',
   'masquerade-without-address': 'warning',
 } as const;

@@ -34,6 +34,7 @@ import {
   type ProbeDefinition,
   type ProtocolSpec,
 } from './schema.js';
+import { findDhcpToHostDenial } from './dhcp-to-host.js';
 import { findShadowedRules } from './shadowed-rules.js';
 import { hasPorts, parseProtocol, PROTOCOL_NAMES } from './protocol.js';
 import { reportZodIssues } from './zod-issues.js';
@@ -76,8 +77,17 @@ export function loadPolicy(file: string): ParseResult {
   return parsePolicy(text, file);
 }
 
+export interface ParseOptions {
+  /**
+   * Whether `files:` lists are read (relative to `file`). A server given policy text by a client
+   * passes false: it never opens a path a client sent it, and each `files:` is an error that says
+   * how to inline the lists instead.
+   */
+  readonly readListFiles?: boolean;
+}
+
 /** Validates policy text; list files are read relative to `file`. */
-export function parsePolicy(text: string, file: string): ParseResult {
+export function parsePolicy(text: string, file: string, options: ParseOptions = {}): ParseResult {
   const lines = new LineCounter();
   const doc = parseDocument(text, { lineCounter: lines, prettyErrors: false, uniqueKeys: true });
   const collector = new IssueCollector(file, doc, lines);
@@ -144,14 +154,23 @@ export function parsePolicy(text: string, file: string): ParseResult {
     reportZodIssues(parsed.error.issues, collector);
     parts = salvageDocumentParts(raw);
   }
-  const policy = parts === undefined ? undefined : resolvePolicy(parts, collector, file);
+  const policy =
+    parts === undefined
+      ? undefined
+      : resolvePolicy(parts, collector, { file, readListFiles: options.readListFiles ?? true });
   const issues = collector.ordered();
   return { policy: parsed.success && !hasErrors(issues) ? policy : undefined, issues, report };
 }
 
-function resolvePolicy(parts: DocumentParts, collector: IssueCollector, file: string): Policy {
+function resolvePolicy(
+  parts: DocumentParts,
+  collector: IssueCollector,
+  source: { readonly file: string; readonly readListFiles: boolean },
+): Policy {
+  const { file } = source;
   const networks = new NetworkResolver(parts.networks, collector, {
     policyFile: file,
+    readListFiles: source.readListFiles,
     broken: parts.brokenNetworks,
   });
   networks.resolveAll();
@@ -396,6 +415,11 @@ function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
     );
   }
   checkShadowedRules(resolved, path, collector);
+  checkDhcpToHost({ origin: def.origin, ingress }, resolved, {
+    name,
+    path,
+    collector,
+  });
 
   return {
     name,
@@ -515,6 +539,22 @@ function resolveClassRules(
     }
   }
   return resolved;
+}
+
+/** Warns when the class denies its workloads' DHCP renewals to the host (dhcp-to-host.ts). */
+function checkDhcpToHost(
+  cls: Pick<PolicyClass, 'origin' | 'ingress'>,
+  resolved: readonly { index: number; rule: PolicyRule }[],
+  where: { name: string; path: Path; collector: IssueCollector },
+): void {
+  const denial = findDhcpToHostDenial({ ...cls, rules: resolved.map((r) => r.rule) });
+  if (denial === null) return;
+  const index = resolved.find((r) => r.rule.id === denial.by)?.index ?? 0;
+  where.collector.at(
+    [...where.path, 'rules', index, 'id'],
+    'dhcp-to-host-denied',
+    `Class "${where.name}" denies its workloads DHCP to the host (rule "${denial.by}") on ${denial.interfaces.join(', ')}, where the host usually serves DHCP: lease renewals (unicast) and rebinds (broadcast from the leased address) are UDP port 67 to the host, so leases lapse as they expire; allow udp port 67 to self before it`,
+  );
 }
 
 function checkShadowedRules(

@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join } from 'node:path';
 import {
   AddressSet,
@@ -64,6 +64,14 @@ function describeHostBits(entry: string, prefix: Prefix): string {
   return `"${entry}" has host bits set, so it matches all of "${clean}", not just the address written: write the address alone for one host, or "${clean}" if the whole range is meant`;
 }
 
+/** A list file's text; only a regular file (a FIFO or a device would block, or never end). */
+export function readListText(path: string): string {
+  const stats = statSync(path);
+  if (stats.isDirectory()) throw Object.assign(new Error(path), { code: 'EISDIR' });
+  if (!stats.isFile()) throw Object.assign(new Error(path), { code: 'ENOTREG' });
+  return readFileSync(path, 'utf8');
+}
+
 /** The reason for a failed read: its errno code, and what it means for the common ones. */
 export function describeReadError(error: unknown): string {
   const code = (error as NodeJS.ErrnoException).code;
@@ -72,6 +80,7 @@ export function describeReadError(error: unknown): string {
     EACCES: 'permission denied',
     EPERM: 'permission denied',
     EISDIR: 'it is a directory',
+    ENOTREG: 'not a regular file: a FIFO, a socket or a device',
   };
   if (code === undefined) return String(error);
   const text = meaning[code];
@@ -92,6 +101,8 @@ export class NetworkResolver {
     private readonly collector: IssueCollector,
     private readonly options: {
       readonly policyFile: string;
+      /** False: a `files:` entry is an error, and nothing is opened. */
+      readonly readListFiles: boolean;
       /** Networks that failed the schema: references to them resolve to nothing, silently. */
       readonly broken?: ReadonlySet<string>;
     },
@@ -238,12 +249,20 @@ export class NetworkResolver {
   }
 
   private readListFile(file: string, at: Path): AddressSet {
+    if (!this.options.readListFiles) {
+      this.collector.at(
+        at,
+        'invalid-value',
+        `Network list file "${file}" is not read here: a controller never opens a path a policy names; push with \`egressguard fleet push\`, which puts the lists' prefixes into the policy, or write them under "cidrs"`,
+      );
+      return AddressSet.EMPTY;
+    }
     // Shown as the policy's path names it, so messages and golden files do not depend on the
     // working directory.
     const shown = isAbsolute(file) ? file : join(dirname(this.options.policyFile), file);
     let text: string;
     try {
-      text = readFileSync(shown, 'utf8');
+      text = readListText(shown);
     } catch (error) {
       this.collector.at(
         at,

@@ -25,7 +25,8 @@ const requirement: Requirement = {
   ],
 };
 
-function judgement(passed: boolean, derived = false): ProbeJudgement {
+function judgement(passed: boolean | 'unmeasured', derived = false): ProbeJudgement {
+  const outcome = passed === 'unmeasured' ? passed : passed ? 'passed' : 'failed';
   return {
     scenario: '',
     phase: 'tunnel down',
@@ -38,8 +39,10 @@ function judgement(passed: boolean, derived = false): ProbeJudgement {
     state: 'down',
     expected: { verdict: 'deny', via: null, egress: null, decidedBy: null },
     oracles: [],
-    passed,
-    actedLayers: passed ? ['routing'] : [],
+    passed: outcome === 'passed',
+    outcome,
+    unmeasured: outcome === 'unmeasured' ? 'packets: no raw packet could be sent' : null,
+    actedLayers: outcome === 'passed' ? ['routing'] : [],
     failingLayers: [],
     sent: 10,
     counts: [],
@@ -108,6 +111,37 @@ describe('computeCoverage', () => {
     expect(c?.levels.L3).toMatchObject({ covered: true, verified: false, failed: 1 });
     expect(c?.level).toBe('L2');
     expect(c?.strictProblems[0]).toMatch(/safety-critical and lacks a passing L3 measurement/);
+  });
+
+  it('counts a run that could not be measured neither as passed nor as failed', () => {
+    const [c] = computeCoverage({
+      requirements: [requirement],
+      l1,
+      scenarios: [
+        scenario('tunnel-down', true, [judgement(true)]),
+        scenario('carrier-lost', true, [judgement('unmeasured')]),
+      ],
+      only: undefined,
+    });
+    expect(c?.levels.L3).toMatchObject({
+      covered: true,
+      verified: false,
+      failed: 0,
+      unmeasured: 1,
+    });
+    expect(c?.strictProblems[0]).toContain('1 of 2 fault runs could not be measured');
+    expect(c?.strictProblems[0]).not.toContain('failed');
+  });
+
+  it('does not cover a probe whose only run could not be measured', () => {
+    const [c] = computeCoverage({
+      requirements: [requirement],
+      l1,
+      scenarios: [scenario('carrier-lost', true, [judgement('unmeasured')])],
+      only: undefined,
+    });
+    expect(c?.levels.L3).toMatchObject({ covered: false, unmeasured: 1 });
+    expect(c?.strictProblems[0]).toContain('not every probe was measured under a fault');
   });
 
   it('has strict reject a requirement without probes', () => {

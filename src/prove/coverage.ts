@@ -8,12 +8,14 @@ export type Level = 'L1' | 'L2' | 'L3';
 
 /** Whether a level was reached: every probe measured there (covered), and every run passed. */
 export interface LevelCoverage {
-  /** Every probe of the requirement ran at this level. */
+  /** Every probe of the requirement was measured at this level. */
   readonly covered: boolean;
   /** Covered, and every run at this level (derived variants included) passed. */
   readonly verified: boolean;
   readonly runs: number;
   readonly failed: number;
+  /** Runs that could not be measured (the lab's fault): neither passed nor failed. */
+  readonly unmeasured: number;
 }
 
 /** One requirement's coverage. */
@@ -55,14 +57,21 @@ export function computeCoverage(input: {
     ): LevelCoverage => {
       const stated = new Set(
         runs
-          .filter(({ j }) => !j.derived)
+          .filter(({ j }) => !j.derived && j.outcome !== 'unmeasured')
           .flatMap(({ j }) => j.origins.filter((o) => o.requirement === requirement.id))
           .map((o) => o.index),
       );
       const covered =
         requirement.probes.length > 0 && requirement.probes.every((_, i) => stated.has(i));
-      const failed = runs.filter(({ j }) => !j.passed).length;
-      return { covered, verified: covered && failed === 0, runs: runs.length, failed };
+      const failed = runs.filter(({ j }) => j.outcome === 'failed').length;
+      const unmeasured = runs.filter(({ j }) => j.outcome === 'unmeasured').length;
+      return {
+        covered,
+        verified: covered && failed === 0 && unmeasured === 0,
+        runs: runs.length,
+        failed,
+        unmeasured,
+      };
     };
     const l1Results = input.l1.filter((r) => r.requirement === requirement.id);
     const l1: LevelCoverage = {
@@ -70,6 +79,7 @@ export function computeCoverage(input: {
       verified: requirement.probes.length > 0 && l1Results.every((r) => r.mismatches.length === 0),
       runs: l1Results.length,
       failed: l1Results.filter((r) => r.mismatches.length > 0).length,
+      unmeasured: 0,
     };
     const l2 = level(mine.filter(({ scenario, j }) => isL2(scenario, j)));
     const faultRuns = mine.filter(({ scenario }) => scenario.fault);
@@ -86,7 +96,7 @@ export function computeCoverage(input: {
     if (requirement.probes.length === 0) strictProblems.push('it has no probe');
     if (requirement.safetyCritical && reached !== 'L3') {
       strictProblems.push(
-        `it is safety-critical and lacks a passing L3 measurement (${l3.covered ? `${l3.failed} of ${l3.runs} fault runs failed` : selected ? 'not every probe ran under a fault' : 'not selected'})`,
+        `it is safety-critical and lacks a passing L3 measurement (${selected ? describeL3(l3) : 'not selected'})`,
       );
     }
     return {
@@ -103,4 +113,20 @@ export function computeCoverage(input: {
       strictProblems,
     };
   });
+}
+
+/** Why a selected requirement's fault runs do not verify it. */
+function describeL3(l3: LevelCoverage): string {
+  const notMeasured = `${l3.unmeasured} of ${l3.runs} fault runs could not be measured`;
+  if (!l3.covered) {
+    return l3.unmeasured > 0
+      ? `not every probe was measured under a fault: ${notMeasured}`
+      : 'not every probe ran under a fault';
+  }
+  return [
+    l3.failed > 0 ? `${l3.failed} of ${l3.runs} fault runs failed` : '',
+    l3.unmeasured > 0 ? notMeasured : '',
+  ]
+    .filter((t) => t !== '')
+    .join(', ');
 }

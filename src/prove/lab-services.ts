@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { EgressguardError, packagePath } from '../core/index.js';
 import type { Lab } from './lab/create-lab.js';
+import { labPython } from './lab/lab-python.js';
 import { routeLine } from './lab/plan-lab.js';
 import { routeFamily } from './lab/topology.js';
 import type { ProofLab } from './plan-proof-lab.js';
@@ -107,7 +108,8 @@ export async function startService(
   node: string,
   args: readonly string[],
 ): Promise<() => Promise<void>> {
-  const running = lab.runner(node).start(['python3', labScript('echo.py'), ...args], {
+  const runner = lab.runner(node);
+  const running = runner.start([await labPython(runner), labScript('echo.py'), ...args], {
     effect: 'change',
   });
   const undefer = lab.defer(() => running.stop());

@@ -4,6 +4,7 @@ import type { Lab } from './lab/create-lab.js';
 import type { ObservedPacket } from './lab/parse-packet.js';
 import { startObserver, type Observer } from './lab/start-observer.js';
 import type { LabProbe, TunnelState } from './lab-probes.js';
+import { labPython } from './lab/lab-python.js';
 import { labScript } from './lab-services.js';
 import type { FarSide, ProofLab } from './plan-proof-lab.js';
 
@@ -208,7 +209,8 @@ async function runProbeScript(
     readonly probes: readonly Record<string, unknown>[];
   },
 ): Promise<{ tag: string; client: ClientOutcome; raw: RawSend }[]> {
-  const { stdout } = await lab.runner(node).run(['python3', labScript('probe.py'), 'probe'], {
+  const runner = lab.runner(node);
+  const { stdout } = await runner.run([await labPython(runner), labScript('probe.py'), 'probe'], {
     effect: 'change',
     input: JSON.stringify(request),
     timeoutMs: 30_000,

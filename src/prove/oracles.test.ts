@@ -159,5 +159,82 @@ describe('judgePhase', () => {
     );
     expect(j?.passed).toBe(false);
     expect(j?.oracles.find((o) => o.oracle === 'packets')?.verdict).toBe('unknown');
+    expect(j).toMatchObject({ outcome: 'unmeasured', failingLayers: [] });
+    expect(j?.unmeasured).toContain('cannot count beyond uplink (internet): not armed');
+  });
+
+  it('calls a probe whose packets could not be sent unmeasured, never a failed requirement', () => {
+    const [j] = judgePhase(
+      phase([
+        {
+          probe: DENIED,
+          tag: 'p0x0',
+          node: 'wl-vwl0',
+          client: { outcome: 'timeout', node: null, seen: null, error: null, ms: 700 },
+          raw: { sent: 0, failed: 10, error: 'Invalid argument (errno 22)' },
+          route: { type: 'blackhole', dev: null, flags: [], detail: '' },
+        },
+      ]),
+      sides(),
+      plan,
+      'nftables',
+    );
+    expect(j).toMatchObject({ passed: false, outcome: 'unmeasured', failingLayers: [] });
+    expect(j?.unmeasured).toBe('packets: no raw packet could be sent: Invalid argument (errno 22)');
+  });
+
+  it('calls an allowed probe whose client was reset unmeasured when the packets arrived', () => {
+    const [j] = judgePhase(
+      phase(
+        [
+          {
+            probe: ALLOWED,
+            tag: 'p0x0',
+            node: 'wl-vwl0',
+            client: {
+              outcome: 'error',
+              node: null,
+              seen: null,
+              error: 'Connection reset by peer (errno 104)',
+              ms: 3,
+            },
+            raw: { sent: 10, failed: 0, error: null },
+            route: { type: 'unicast', dev: 'tun0', flags: [], detail: '' },
+          },
+        ],
+        {},
+        { 'vpn/default': 12 },
+      ),
+      sides({ tunnel: packets('p0x0', '10.200.0.2', 10) }),
+      plan,
+      'nftables',
+    );
+    expect(j).toMatchObject({ outcome: 'unmeasured', failingLayers: [] });
+    expect(j?.unmeasured).toBe('probe: the client failed: Connection reset by peer (errno 104)');
+  });
+
+  it('fails a probe a definite oracle contradicts, even when another could not read', () => {
+    const [j] = judgePhase(
+      phase([
+        {
+          probe: DENIED,
+          tag: 'p0x0',
+          node: 'wl-vwl0',
+          client: {
+            outcome: 'answered',
+            node: 'internet',
+            seen: '198.51.100.2',
+            error: null,
+            ms: 2,
+          },
+          raw: { sent: 0, failed: 10, error: 'Invalid argument (errno 22)' },
+          route: { type: 'unicast', dev: 'eth0', flags: [], detail: '' },
+        },
+      ]),
+      sides(),
+      plan,
+      'nftables',
+    );
+    expect(j).toMatchObject({ outcome: 'failed', unmeasured: null });
   });
 });

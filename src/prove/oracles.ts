@@ -16,6 +16,29 @@ export interface OracleVerdict {
   readonly detail: string;
 }
 
+/**
+ * What a measurement came to: every oracle agreed with the policy (passed); an oracle measured
+ * what the policy does not allow, so enforcement failed (failed); or an oracle could not read at
+ * all, a fault of the lab and not of the enforcer (unmeasured: a probe that could not be sent, an
+ * observer that lost packets, a client that failed on its own), and nothing measured disagreed.
+ */
+export type MeasurementOutcome = 'passed' | 'failed' | 'unmeasured';
+
+/** The outcome of a set of oracle readings: a definite disagreement fails, an unknown one is unmeasured. */
+export function outcomeOf(oracles: readonly OracleVerdict[]): {
+  outcome: MeasurementOutcome;
+  unmeasured: string | null;
+} {
+  const disagreeing = oracles.filter((o) => !o.agrees);
+  if (disagreeing.length === 0) return { outcome: 'passed', unmeasured: null };
+  if (disagreeing.some((o) => o.verdict !== 'unknown'))
+    return { outcome: 'failed', unmeasured: null };
+  return {
+    outcome: 'unmeasured',
+    unmeasured: disagreeing.map((o) => `${o.oracle}: ${o.detail}`).join('; '),
+  };
+}
+
 /** Nonce'd packets of one probe seen beyond one far side. */
 export interface SideCount {
   readonly node: string;
@@ -46,6 +69,9 @@ export interface ProbeJudgement {
   readonly oracles: readonly OracleVerdict[];
   /** All three agree with the expectation. */
   readonly passed: boolean;
+  readonly outcome: MeasurementOutcome;
+  /** Why it could not be measured (outcome unmeasured): the oracles that could not read. */
+  readonly unmeasured: string | null;
   /** The layers that acted, read from the enforcer (routing: the route; the filter: counters). */
   readonly actedLayers: readonly string[];
   /** When it failed: the layers that should have held and did not. */
@@ -214,13 +240,14 @@ function judgeProbe(input: {
   });
 
   const oracles = [o1, o2, o3.verdict];
-  const passed = oracles.every((o) => o.agrees);
+  const { outcome, unmeasured } = outcomeOf(oracles);
+  const passed = outcome === 'passed';
   const expectedLayers: ProofLayer[] =
     phase.spec.expectLayer !== undefined
       ? [phase.spec.expectLayer]
       : expect.layers.map((l) => (l === 'filter' ? input.filterLayer : 'routing'));
   let failingLayers: ProofLayer[] = [];
-  if (!passed) {
+  if (outcome === 'failed') {
     const missing = expectedLayers.filter((l) => !o3.acted.includes(l));
     failingLayers = missing.length > 0 ? missing : expectedLayers;
   }
@@ -242,6 +269,8 @@ function judgeProbe(input: {
     },
     oracles,
     passed,
+    outcome,
+    unmeasured,
     actedLayers: o3.acted,
     failingLayers,
     sent: run.raw.sent,
@@ -309,6 +338,7 @@ function judgeClient(
             : `unreachable: ${c.error ?? ''}`,
       };
     case 'error':
+      // Not an answer and not a drop: the client could not tell (the other oracles still can).
       return {
         oracle: 'probe',
         verdict: 'unknown',

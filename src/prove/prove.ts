@@ -10,6 +10,7 @@ import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
 import { createHostControl, type CompiledPolicy, type HostControl } from './host-control.js';
 import { createLab, type Lab } from './lab/create-lab.js';
+import { labPython } from './lab/lab-python.js';
 import { deriveProbe, expandProbes, type SkippedProbe } from './lab-probes.js';
 import { startLabServices } from './lab-services.js';
 import { messageOf } from './measure-phase.js';
@@ -82,6 +83,12 @@ export interface ProofReport {
   readonly resident: readonly { time: string; action: string; message: string }[];
   /** Every measurement passed, every restore verified. */
   readonly passed: boolean;
+  /**
+   * proven: every measurement passed; failed: enforcement failed somewhere (or the policy's own
+   * probes, a restore or a scenario did); unmeasured: nothing failed, but the lab could not take
+   * every measurement (see each scenario's unmeasured probes, flows and findings).
+   */
+  readonly outcome: 'proven' | 'failed' | 'unmeasured';
   /** --strict's reasons to fail, whether or not --strict was given. */
   readonly strictProblems: readonly string[];
 }
@@ -199,7 +206,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       const result = await runScenario(env, scenario);
       results.push(result);
       progress(
-        `${result.status === 'passed' ? '✓' : result.status === 'skipped' ? '-' : '✗'} ${scenario.id} ${result.status}${result.reason === null ? '' : `: ${result.reason}`} (${(result.durationMs / 1000).toFixed(1)} s)`,
+        `${result.status === 'passed' ? '✓' : result.status === 'skipped' ? '-' : result.status === 'unmeasured' ? '?' : '✗'} ${scenario.id} ${result.status}${result.reason === null ? '' : `: ${result.reason}`} (${(result.durationMs / 1000).toFixed(1)} s)`,
       );
     }
     const resident = [...host.residentLog];
@@ -215,10 +222,15 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       only: options.only,
     });
     const strictProblems = coverage.flatMap((c) => c.strictProblems.map((p) => `${c.id}: ${p}`));
-    const passed =
-      results.every((r) => r.status === 'passed' || r.status === 'skipped') &&
-      l1.every((r) => r.mismatches.length === 0) &&
-      restores.records.every((r) => r.verified);
+    const failed =
+      results.some((r) => r.status === 'failed' || r.status === 'error') ||
+      l1.some((r) => r.mismatches.length > 0) ||
+      restores.records.some((r) => !r.verified);
+    const outcome = failed
+      ? 'failed'
+      : results.some((r) => r.status === 'unmeasured')
+        ? 'unmeasured'
+        : 'proven';
     return {
       format: 'egressguard/proof/v1',
       policy: policy.name,
@@ -238,7 +250,8 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       coverage,
       restores: restores.records,
       resident,
-      passed,
+      passed: outcome === 'proven',
+      outcome,
       strictProblems,
     };
   } finally {
@@ -329,7 +342,7 @@ async function readVersions(host: HostControl, version: string): Promise<ProofVe
     host.backend.readVersions?.(host.runner) ?? {},
     read(['uname', '-r']),
     read(['ip', '-V']),
-    read(['python3', '--version']),
+    labPython(host.runner).then((python) => read([python, '--version'])),
   ]);
   return { egressguard: version, tools, kernel, iproute2, python, node: process.version };
 }

@@ -51,6 +51,8 @@ const report: ProofReport = {
             { oracle: 'enforcer', verdict: 'allow', agrees: false, detail: 'counter +0' },
           ],
           passed: false,
+          outcome: 'failed',
+          unmeasured: null,
           actedLayers: [],
           failingLayers: ['nftables'],
           sent: 10,
@@ -75,6 +77,7 @@ const report: ProofReport = {
   restores: [],
   resident: [],
   passed: false,
+  outcome: 'failed',
   strictProblems: [],
 };
 
@@ -99,6 +102,66 @@ describe('reports', () => {
     expect(summary).toContain(
       'layer-nftables/steering removed: R-<1>&"2" "10.10.0.5 > 203.0.113.7 tcp/443 (tunnel down)": layer nftables did not hold',
     );
-    expect(summary).toMatch(/✗ not proven: a measurement failed\n$/);
+    expect(summary).toMatch(/✗ not proven: enforcement failed \(see "Failures"\)\n$/);
+  });
+
+  // The scenario of a probe that could not be sent (a raw socket refused it): no verdict.
+  const [failedScenario] = report.scenarios;
+  const [failedProbe] = failedScenario?.judgements ?? [];
+  if (failedScenario === undefined || failedProbe === undefined) throw new Error('fixture');
+  const unmeasured: ProofReport = {
+    ...report,
+    outcome: 'unmeasured',
+    scenarios: [
+      {
+        ...failedScenario,
+        status: 'unmeasured',
+        judgements: [
+          {
+            ...failedProbe,
+            outcome: 'unmeasured',
+            unmeasured: 'packets: no raw packet could be sent: Invalid argument (errno 22)',
+            failingLayers: [],
+          },
+        ],
+      },
+    ],
+  };
+
+  it('tells a measurement the lab could not take from a failure, in the summary and JUnit', () => {
+    const summary = renderSummary(unmeasured, { strict: false });
+    expect(summary).not.toContain('Failures');
+    expect(summary).not.toContain('did NOT hold');
+    expect(summary).toContain(
+      '? layer-nftables/steering removed: R-<1>&"2" "10.10.0.5 > 203.0.113.7 tcp/443 (tunnel down)": could not measure: packets: no raw packet could be sent: Invalid argument (errno 22)',
+    );
+    expect(summary).toMatch(
+      /\? not proven: the lab could not take every measurement \(see "Not measured"\); nothing it measured failed\n$/,
+    );
+    const junit = renderJunit(unmeasured, { strict: false });
+    expect(junit).toContain('tests="1" failures="0" errors="1" skipped="0"');
+    expect(junit).toContain('type="unmeasured"');
+  });
+
+  it('never says proven beside a leak outside the policy', () => {
+    const leaking: ProofReport = {
+      ...report,
+      outcome: 'failed',
+      scenarios: [
+        {
+          ...failedScenario,
+          id: 'dns-host-resolver',
+          status: 'failed',
+          judgements: [{ ...failedProbe, passed: true, outcome: 'passed', failingLayers: [] }],
+          findings: [{ severity: 'leak', message: 'class vpn leaks by a path outside the policy' }],
+        },
+      ],
+    };
+    const summary = renderSummary(leaking, { strict: false });
+    expect(summary).not.toContain('✓ proven');
+    expect(summary).toContain('Leaks outside the policy\n  ! dns-host-resolver: class vpn leaks');
+    expect(summary).toMatch(
+      /✗ not proven: class traffic leaks by a path outside the policy \(see "Leaks outside the policy"\)\n$/,
+    );
   });
 });

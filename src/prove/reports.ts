@@ -10,6 +10,8 @@ export interface SummaryOptions {
 
 const CHECK = '✓';
 const CROSS = '✗';
+/** Not measured: neither a pass nor a failure. */
+const QUERY = '?';
 
 /**
  * The readable summary: what was proven, by which oracle, per layer; the must-show numbers; the
@@ -48,8 +50,9 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
     const held = denied.filter((j) => j.passed && j.actedLayers.includes(layer));
     const leaked = denied.reduce((sum, j) => sum + j.leaked, 0);
     const ok = s.status === 'passed';
+    const unmeasured = s.status === 'unmeasured';
     lines.push(
-      `  ${ok ? paint('green', CHECK) : paint('red', CROSS)} ${layer}: ${ok ? 'held alone' : 'did NOT hold alone'} in ${s.id}: ${held.length} of ${denied.length} denied probes dropped by ${layer}, ${leaked} nonce’d packets beyond any far side`,
+      `  ${ok ? paint('green', CHECK) : unmeasured ? paint('yellow', QUERY) : paint('red', CROSS)} ${layer}: ${ok ? 'held alone' : unmeasured ? 'not proven alone (not every measurement could be taken)' : 'did NOT hold alone'} in ${s.id}: ${held.length} of ${denied.length} denied probes dropped by ${layer}, ${leaked} nonce’d packets beyond any far side`,
     );
   }
 
@@ -120,38 +123,73 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
   }
 
   const findings = report.scenarios.flatMap((s) => s.findings.map((f) => ({ s, f })));
-  const warnings = findings.filter(({ f }) => f.severity === 'warning');
-  if (warnings.length > 0) {
-    lines.push('', paint('bold', 'Findings'));
-    for (const { s, f } of warnings) lines.push(`  ${paint('yellow', '!')} ${s.id}: ${f.message}`);
+  const leaks = findings.filter(({ f }) => f.severity === 'leak');
+  if (leaks.length > 0) {
+    lines.push('', paint('bold', 'Leaks outside the policy'));
+    for (const { s, f } of leaks) lines.push(`  ${paint('red', '!')} ${s.id}: ${f.message}`);
   }
 
   const failures = report.scenarios.flatMap((s) => failureLines(s));
   if (failures.length > 0) {
-    lines.push('', paint('bold', 'Failures'));
+    lines.push('', paint('bold', 'Failures') + '  (enforcement did not do what the policy says)');
     lines.push(...failures.map((l) => `  ${paint('red', CROSS)} ${l}`));
   }
 
-  const strictFailed = options.strict && report.strictProblems.length > 0;
-  lines.push(
-    '',
-    report.passed && !strictFailed
-      ? paint(
-          'green',
-          `${CHECK} proven: every measurement agreed with the policy${options.strict ? ' (strict: every safety-critical requirement verified at L3)' : ''}`,
-        )
-      : paint(
-          'red',
-          `${CROSS} not proven: ${report.passed ? '' : 'a measurement failed'}${!report.passed && strictFailed ? '; ' : ''}${strictFailed ? `strict: ${report.strictProblems.join('; ')}` : ''}`,
-        ),
-  );
+  const unmeasured = report.scenarios.flatMap((s) => unmeasuredLines(s));
+  if (unmeasured.length > 0) {
+    lines.push(
+      '',
+      paint('bold', 'Not measured') +
+        '  (the lab could not take these measurements: no verdict on the enforcer either way)',
+    );
+    lines.push(...unmeasured.map((l) => `  ${paint('yellow', QUERY)} ${l}`));
+  }
+
+  lines.push('', headline(report, options, { leaks: leaks.length, failures: failures.length }));
   return `${lines.join('\n')}\n`;
+}
+
+/** The last line: proven (never beside a leak), or why not, failures first. */
+function headline(
+  report: ProofReport,
+  options: SummaryOptions,
+  counts: { readonly leaks: number; readonly failures: number },
+): string {
+  const paint = options.paint ?? ((_style, text) => text);
+  const strictFailed = options.strict && report.strictProblems.length > 0;
+  const strict = strictFailed ? `strict: ${report.strictProblems.join('; ')}` : '';
+  if (report.outcome === 'proven' && !strictFailed) {
+    return paint(
+      'green',
+      `${CHECK} proven: every measurement agreed with the policy${options.strict ? ' (strict: every safety-critical requirement verified at L3)' : ''}`,
+    );
+  }
+  if (report.outcome === 'unmeasured') {
+    return paint(
+      'yellow',
+      `${QUERY} not proven: the lab could not take every measurement (see "Not measured"); nothing it measured failed`,
+    );
+  }
+  const why = [
+    counts.failures > 0 ? 'enforcement failed (see "Failures")' : '',
+    counts.leaks > 0
+      ? 'class traffic leaks by a path outside the policy (see "Leaks outside the policy")'
+      : '',
+    strict,
+  ].filter((w) => w !== '');
+  return paint('red', `${CROSS} not proven: ${why.join('; ')}`);
 }
 
 function scenarioLines(s: ScenarioResult, paint: NonNullable<SummaryOptions['paint']>): string[] {
   if (s.status === 'skipped') return [`  - ${s.id}: skipped (${s.reason ?? ''})`];
-  const mark = s.status === 'passed' ? paint('green', CHECK) : paint('red', CROSS);
+  const mark =
+    s.status === 'passed'
+      ? paint('green', CHECK)
+      : s.status === 'unmeasured'
+        ? paint('yellow', QUERY)
+        : paint('red', CROSS);
   const passed = s.judgements.filter((j) => j.passed).length;
+  const unmeasured = s.judgements.filter((j) => j.outcome === 'unmeasured').length;
   const oracleOk = (name: string): number =>
     s.judgements.filter((j) => j.oracles.find((o) => o.oracle === name)?.agrees === true).length;
   const leaked = s.judgements.reduce(
@@ -162,7 +200,7 @@ function scenarioLines(s: ScenarioResult, paint: NonNullable<SummaryOptions['pai
     .filter(([k]) => k === 'recoveryMs' || k.endsWith('Outcome') || k === 'reapplies')
     .map(([k, v]) => `${k} ${String(v)}`);
   const out = [
-    `  ${mark} ${s.id}${s.layer === null ? '' : ` [${s.layer} alone]`}: ${passed}/${s.judgements.length} probes passed (probe ${oracleOk('probe')}, packets ${oracleOk('packets')}, enforcer ${oracleOk('enforcer')}); denied packets beyond a far side: ${leaked}${s.streams.length > 0 ? `; ${s.streams.length} flows, ${s.streams.reduce((n, st) => n + st.sent, 0)} packets` : ''}${metrics.length > 0 ? `; ${metrics.join(', ')}` : ''} (${seconds(s.durationMs)})`,
+    `  ${mark} ${s.id}${s.layer === null ? '' : ` [${s.layer} alone]`}: ${passed}/${s.judgements.length} probes passed${unmeasured > 0 ? `, ${unmeasured} not measured` : ''} (probe ${oracleOk('probe')}, packets ${oracleOk('packets')}, enforcer ${oracleOk('enforcer')}); denied packets beyond a far side: ${leaked}${s.streams.length > 0 ? `; ${s.streams.length} flows, ${s.streams.reduce((n, st) => n + st.sent, 0)} packets` : ''}${metrics.length > 0 ? `; ${metrics.join(', ')}` : ''} (${seconds(s.durationMs)})`,
   ];
   if (s.reason !== null) out.push(`      error: ${s.reason}`);
   return out;
@@ -170,8 +208,10 @@ function scenarioLines(s: ScenarioResult, paint: NonNullable<SummaryOptions['pai
 
 function failureLines(s: ScenarioResult): string[] {
   const lines: string[] = [];
-  for (const j of s.judgements.filter((x) => !x.passed)) lines.push(describeFailure(s, j));
-  for (const st of s.streams.filter((x) => !x.passed)) {
+  for (const j of s.judgements.filter((x) => x.outcome === 'failed')) {
+    lines.push(describeFailure(s, j));
+  }
+  for (const st of s.streams.filter((x) => x.outcome === 'failed')) {
     lines.push(
       `${s.id}: flow ${st.what} (${st.expect}): sent ${st.sent}, ${st.expect === 'allow' ? `lost ${st.lost}, ` : ''}leaked ${st.leaked}`,
     );
@@ -182,12 +222,35 @@ function failureLines(s: ScenarioResult): string[] {
   return lines;
 }
 
+/** What the lab could not measure in a scenario: probes, flows and findings, each with why. */
+function unmeasuredLines(s: ScenarioResult): string[] {
+  return [
+    ...s.judgements
+      .filter((j) => j.outcome === 'unmeasured')
+      .map(
+        (j) =>
+          `${s.id}/${j.phase}: ${requirementsOf(j)} "${j.key}"${j.derived ? ' (derived)' : ''}: could not measure: ${j.unmeasured ?? ''}`,
+      ),
+    ...s.streams
+      .filter((st) => st.outcome === 'unmeasured')
+      .map(
+        (st) =>
+          `${s.id}: flow ${st.what} (${st.expect}): could not measure: ${st.unmeasured ?? ''}`,
+      ),
+    ...s.findings.filter((f) => f.severity === 'unmeasured').map((f) => `${s.id}: ${f.message}`),
+  ];
+}
+
+function requirementsOf(j: ProbeJudgement): string {
+  const requirements = [...new Set(j.origins.map((o) => o.requirement))];
+  return requirements.length > 0 ? requirements.join(', ') : 'no requirement';
+}
+
 /** One failed probe: the requirement, the layer that did not hold, and what each oracle saw. */
 export function describeFailure(s: ScenarioResult, j: ProbeJudgement): string {
-  const requirements = [...new Set(j.origins.map((o) => o.requirement))];
   const layer = j.failingLayers.length > 0 ? j.failingLayers.join(' + ') : 'unknown';
   const oracles = j.oracles.map((o) => `${o.oracle}: ${o.detail}`).join('; ');
-  return `${s.id}/${j.phase}: ${requirements.length > 0 ? requirements.join(', ') : 'no requirement'} "${j.key}"${j.derived ? ' (derived)' : ''}: layer ${layer} did not hold: expected ${j.expected.verdict}${j.expected.via === null ? '' : ` via ${j.expected.via}`}; ${oracles}`;
+  return `${s.id}/${j.phase}: ${requirementsOf(j)} "${j.key}"${j.derived ? ' (derived)' : ''}: layer ${layer} did not hold: expected ${j.expected.verdict}${j.expected.via === null ? '' : ` via ${j.expected.via}`}; ${oracles}`;
 }
 
 /** JUnit XML: a suite per scenario, a case per probe with its requirement ids as properties. */
@@ -206,21 +269,29 @@ export function renderJunit(report: ProofReport, options: { readonly strict: boo
           property(`oracle.${o.oracle}`, `${o.agrees ? 'agrees' : 'disagrees'}: ${o.detail}`),
         ),
       ];
-      const body = j.passed
-        ? ''
-        : `\n      <failure message="${xml(describeFailure(s, j))}" type="${xml(j.failingLayers.join('+') || 'measurement')}"/>`;
+      // Not measured is JUnit's error (the test could not run as meant), never a failure.
+      const body =
+        j.outcome === 'passed'
+          ? ''
+          : j.outcome === 'unmeasured'
+            ? `\n      <error message="${xml(`could not measure: ${j.unmeasured ?? ''}`)}" type="unmeasured"/>`
+            : `\n      <failure message="${xml(describeFailure(s, j))}" type="${xml(j.failingLayers.join('+') || 'measurement')}"/>`;
       cases.push(
         `    <testcase classname="${xml(`prove.${s.id}`)}" name="${xml(`${j.phase}: ${j.key}`)}">\n      <properties>\n${props.map((p) => `        ${p}`).join('\n')}\n      </properties>${body}\n    </testcase>`,
       );
     }
     for (const st of s.streams) {
       cases.push(
-        `    <testcase classname="${xml(`prove.${s.id}`)}" name="${xml(`flow ${st.what} (${st.expect})`)}">${st.passed ? '' : `\n      <failure message="${xml(`sent ${st.sent}, lost ${st.lost}, leaked ${st.leaked}`)}"/>`}\n    </testcase>`,
+        `    <testcase classname="${xml(`prove.${s.id}`)}" name="${xml(`flow ${st.what} (${st.expect})`)}">${st.outcome === 'passed' ? '' : st.outcome === 'unmeasured' ? `\n      <error message="${xml(`could not measure: ${st.unmeasured ?? ''}`)}" type="unmeasured"/>` : `\n      <failure message="${xml(`sent ${st.sent}, lost ${st.lost}, leaked ${st.leaked}`)}"/>`}\n    </testcase>`,
       );
     }
-    for (const f of s.findings.filter((x) => x.severity === 'failure')) {
+    for (const f of s.findings) {
+      const element =
+        f.severity === 'unmeasured'
+          ? `<error message="${xml(f.message)}" type="unmeasured"/>`
+          : `<failure message="${xml(f.message)}" type="${f.severity}"/>`;
       cases.push(
-        `    <testcase classname="${xml(`prove.${s.id}`)}" name="${xml(f.message.slice(0, 80))}">\n      <failure message="${xml(f.message)}"/>\n    </testcase>`,
+        `    <testcase classname="${xml(`prove.${s.id}`)}" name="${xml(f.message.slice(0, 80))}">\n      ${element}\n    </testcase>`,
       );
     }
     if (s.status === 'skipped') {

@@ -11,7 +11,7 @@ import {
   type ProofLayer,
   type SideObservation,
 } from './measure-phase.js';
-import { judgePhase, type ProbeJudgement } from './oracles.js';
+import { judgePhase, type MeasurementOutcome, type ProbeJudgement } from './oracles.js';
 import type { FarSide, ProofLab } from './plan-proof-lab.js';
 import type { RestoreRecord, RestoreStack } from './restore-stack.js';
 import {
@@ -29,9 +29,14 @@ export type Flow = Omit<StreamSpec, 'tag'> & {
   readonly confined?: boolean;
 };
 
-/** Something a scenario found beyond its probes' verdicts. */
+/**
+ * Something a scenario found beyond its probes' verdicts: a failure of what is proven; a leak,
+ * class traffic that leaves by a path outside the policy (the policy's rules hold, but something
+ * they do not govern, such as a host service, sends it on); or a measurement the lab could not
+ * take as it must (unmeasured: not a verdict on the enforcer).
+ */
 export interface Finding {
-  readonly severity: 'failure' | 'warning';
+  readonly severity: 'failure' | 'leak' | 'unmeasured';
   readonly message: string;
 }
 
@@ -105,6 +110,9 @@ export interface StreamJudgement {
   readonly ratePerSecond: number;
   readonly minPerSecond: number | null;
   readonly passed: boolean;
+  readonly outcome: MeasurementOutcome;
+  /** Why it could not be judged (outcome unmeasured): an observer not trusted, nothing sent. */
+  readonly unmeasured: string | null;
 }
 
 /** A stream a scenario started, with what its packets must do. */
@@ -122,7 +130,8 @@ export interface ScenarioResult {
   readonly title: string;
   readonly fault: boolean;
   readonly layer: ProofLayer | null;
-  readonly status: 'passed' | 'failed' | 'skipped' | 'error';
+  /** failed: enforcement failed somewhere; unmeasured: nothing failed, but not all was measured. */
+  readonly status: 'passed' | 'failed' | 'unmeasured' | 'skipped' | 'error';
   readonly reason: string | null;
   readonly nonce: string | null;
   readonly judgements: readonly ProbeJudgement[];
@@ -283,11 +292,14 @@ export async function runScenario(
     return judgeStreams(result, tracked, sides);
   });
   for (const j of judgements) {
-    if (j.forwardedByHost > 0) {
+    // Sent on through the class's own tunnel is the class's path; anywhere else, a leak.
+    const beyond = j.counts.filter(
+      (c) => c.raw + c.client > 0 && !(j.viaTunnel && c.role === 'tunnel'),
+    );
+    if (j.forwardedByHost > 0 && beyond.length > 0) {
       findings.push({
-        severity: 'warning',
-        message: `${j.forwardedByHost} nonce'd packets of "${j.key}" (class ${j.className}) were sent on by a service of the host and seen beyond ${j.counts
-          .filter((c) => c.raw + c.client > 0)
+        severity: 'leak',
+        message: `class ${j.className} leaks by a path outside the policy: ${j.forwardedByHost} nonce'd packets of "${j.key}" were sent on by a service of the host and seen beyond ${beyond
           .map((c) => `the ${c.role} (from ${c.sources.join(', ')})`)
           .join(
             ', ',
@@ -303,14 +315,21 @@ export async function runScenario(
       });
     }
   }
-  const passed =
-    error === null &&
-    judgements.every((j) => j.passed) &&
-    streamJudgements.every((s) => s.passed) &&
-    findings.every((f) => f.severity !== 'failure');
+  const measured = [...judgements, ...streamJudgements];
+  const failed =
+    measured.some((m) => m.outcome === 'failed') ||
+    findings.some((f) => f.severity === 'failure' || f.severity === 'leak');
   return {
     ...base,
-    status: error !== null ? 'error' : passed ? 'passed' : 'failed',
+    status:
+      error !== null
+        ? 'error'
+        : failed
+          ? 'failed'
+          : measured.some((m) => m.outcome === 'unmeasured') ||
+              findings.some((f) => f.severity === 'unmeasured')
+            ? 'unmeasured'
+            : 'passed',
     reason: error,
     nonce,
     judgements,
@@ -353,9 +372,22 @@ function judgeStreams(
     const elsewhere = byNode
       .filter((b) => b.node !== target?.node)
       .reduce((sum, b) => sum + b.count, 0);
-    const trusted = byNode.every((b) => b.trusted);
+    const untrusted = sides.filter((s) => !s.trusted);
     const leaked = expect === 'deny' ? byNode.reduce((sum, b) => sum + b.count, 0) : elsewhere;
     const lost = expect === 'allow' ? r.sent - arrived : 0;
+    // A leak seen is a leak, and a loss the target side counted is a loss, whatever another side
+    // could not count; anything short of that from a side that lost packets, or from a stream
+    // that could not send, is not a measurement.
+    const targetTrusted = sides.find((s) => s.side.node === target?.node)?.trusted ?? true;
+    const unmeasured =
+      leaked > 0 || (lost > 0 && targetTrusted && r.failed === 0)
+        ? null
+        : r.sent === 0 || r.failed > 0
+          ? `the stream could not send: ${r.failed} of ${r.sent + r.failed} failed${r.error === null ? '' : ` (${r.error})`}`
+          : untrusted.length > 0
+            ? `cannot count beyond ${untrusted.map((s) => `${s.side.role} (${s.side.node}): ${s.error ?? 'not armed'}`).join('; ')}`
+            : null;
+    const passed = unmeasured === null && leaked === 0 && lost === 0;
     const ratePerSecond = result.elapsedMs > 0 ? (r.sent * 1000) / result.elapsedMs : 0;
     return {
       node: result.node,
@@ -371,7 +403,9 @@ function judgeStreams(
       elapsedMs: result.elapsedMs,
       ratePerSecond: Math.round(ratePerSecond * 10) / 10,
       minPerSecond: result.minPerSecond,
-      passed: trusted && r.sent > 0 && r.failed === 0 && leaked === 0 && lost === 0,
+      passed,
+      outcome: passed ? 'passed' : unmeasured === null ? 'failed' : 'unmeasured',
+      unmeasured,
     };
   });
 }

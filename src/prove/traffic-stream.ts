@@ -2,6 +2,7 @@ import { EgressguardError } from '../core/index.js';
 import type { RunningCommand } from '../runner/index.js';
 import type { Lab } from './lab/create-lab.js';
 import type { ProbeKind } from './lab-probes.js';
+import { resolvedLabPython } from './lab/lab-python.js';
 import { labScript } from './lab-services.js';
 
 /** One continuous flow of nonce'd raw packets. */
@@ -61,7 +62,7 @@ export function startStream(
   });
   const running = lab
     .runner(node)
-    .start(['python3', labScript('probe.py'), 'stream', request], { effect: 'change' });
+    .start([resolvedLabPython(), labScript('probe.py'), 'stream', request], { effect: 'change' });
   const undefer = lab.defer(() => running.stop());
   const lines: string[] = [];
   let markSending: () => void = () => undefined;

@@ -1,9 +1,10 @@
 import { setMaxListeners } from 'node:events';
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
   RefusedError,
   bundleQuerySchema,
+  hostLabelsSchema,
   pushOptionsSchema,
   enrollRequestSchema,
   statusReportSchema,
@@ -12,7 +13,9 @@ import {
   type Controller,
   type HostIdentity,
   type RolloutParamsInput,
+  type StoreFault,
 } from '../fleet/index.js';
+import { HostRateLimiter, DEFAULT_HOST_RATE_LIMIT, type HostRateLimit } from './host-rate-limit.js';
 import { matchesOperatorToken } from './operator-token.js';
 import type { ServerMetrics } from './server-metrics.js';
 
@@ -20,6 +23,10 @@ export interface AppOptions {
   readonly controller: Controller;
   readonly metrics: ServerMetrics;
   readonly operatorTokenHash: string;
+  /** The scrape credential's hash: `/metrics` answers it (or the operator token), nobody else. */
+  readonly metricsTokenHash: string;
+  /** How many requests one host credential may send. */
+  readonly hostRateLimit?: HostRateLimit;
   readonly https?: { readonly key: string; readonly cert: string } | undefined;
   /** Largest request body in bytes (a pushed policy may be up to `maxPolicyBytes`). */
   readonly bodyLimit?: number;
@@ -41,6 +48,11 @@ const pushSchema = z.strictObject({
   rollout: rolloutSchema,
   /** Backend options every host compiles with (`rulePriority`, `routeTable`…). */
   options: pushOptionsSchema.optional(),
+  /** The client's key: the same push sent again with it is answered, never pushed twice. */
+  idempotencyKey: z
+    .string()
+    .regex(/^[A-Za-z0-9._:-]{8,128}$/, '8 to 128 letters, digits, ".", "_", ":" or "-"')
+    .optional(),
 });
 const rollbackSchema = z.strictObject({ rollout: rolloutSchema }).optional();
 const tokenSchema = z.strictObject({
@@ -51,7 +63,7 @@ const tokenSchema = z.strictObject({
     .max(366 * 86_400)
     .default(86_400),
   uses: z.number().int().positive().max(100_000).default(1),
-  labels: z.record(z.string().max(128), z.string().max(256)).default({}),
+  labels: hostLabelsSchema.default({}),
   description: z.string().max(256).default(''),
 });
 const hostParams = z.strictObject({ name: z.string().min(1).max(253) });
@@ -113,6 +125,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     return503OnClosing: true,
   });
   const waiters = new Waiters();
+
   const stopWaking = controller.store.onWake((ids) => {
     waiters.wake(ids);
   });
@@ -134,6 +147,8 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
 
   app.setErrorHandler((error: unknown, _request, reply) => {
     if (error instanceof RefusedError) {
+      if (error.retryAfterSeconds !== undefined)
+        void reply.header('retry-after', String(error.retryAfterSeconds));
       return reply.code(error.status).send({
         error: {
           code: error.code,
@@ -165,6 +180,10 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
         .code(status)
         .send({ error: { code, message: `Request refused: ${(error as Error).message}` } });
     }
+    // The store's faults (unreachable, disk full) are the controller's state, not a bug: the
+    // monitor logs each change once, and the caller is told to come back.
+    const fault = controller.store.noteFailure(error);
+    if (fault !== undefined) return sendStoreFault(reply, fault);
     log(`error: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
     return reply
       .code(500)
@@ -194,6 +213,20 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
       );
     return controller.authenticateHost(token);
   };
+  // A flood from one credential is refused before it reaches the store (per replica).
+  const limiter = new HostRateLimiter(options.hostRateLimit ?? DEFAULT_HOST_RATE_LIMIT);
+  const asLimitedHost = async (request: FastifyRequest): Promise<HostIdentity> => {
+    const identity = await asHost(request);
+    const wait = limiter.take(identity.hostId, Date.now());
+    if (wait !== undefined) {
+      throw new RefusedError(
+        'rate-limited',
+        `Too many requests from this host: wait ${wait} s (at most ${limiter.describe()})`,
+        { retryAfterSeconds: wait },
+      );
+    }
+    return identity;
+  };
   const asOperator = (request: FastifyRequest): string => {
     const token = bearer(request);
     if (token === undefined || !matchesOperatorToken(token, options.operatorTokenHash)) {
@@ -212,7 +245,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
   );
 
   app.get('/v1/bundle', async (request, reply) => {
-    const identity = await asHost(request);
+    const identity = await asLimitedHost(request);
     const query = bundleQuerySchema.parse(request.query);
     metrics.checkins.inc();
     await controller.checkIn(identity.hostId);
@@ -255,16 +288,16 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
   });
 
   app.post('/v1/status', async (request) => {
-    const identity = await asHost(request);
+    const identity = await asLimitedHost(request);
     const report = statusReportSchema.parse(request.body);
     metrics.checkins.inc();
-    await controller.reportStatus(identity.hostId, report);
-    if (report.drift?.repaired === true) metrics.driftRepairs.inc(report.drift.repairs ?? 1);
+    const taken = await controller.reportStatus(identity.hostId, report);
+    if (taken.repairs > 0) metrics.driftRepairs.inc(taken.repairs);
     return { ok: true };
   });
 
   app.post('/v1/credential/rotate', async (request) => {
-    const identity = await asHost(request);
+    const identity = await asLimitedHost(request);
     return { credential: await controller.rotateCredential(identity) };
   });
 
@@ -327,6 +360,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
           source: body.source,
           rollout: stripUndefined(body.rollout),
           ...(body.options === undefined ? {} : { options: body.options }),
+          ...(body.idempotencyKey === undefined ? {} : { idempotencyKey: body.idempotencyKey }),
         },
         actor,
       );
@@ -334,10 +368,10 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
         throw new RefusedError(
           'policy-invalid',
           `Cannot push policy "${body.source}": it has ${result.issues.length} problem(s)`,
-          result.issues,
+          { issues: result.issues },
         );
       }
-      return reply.code(201).send(result);
+      return reply.code(result.replayed === true ? 200 : 201).send(result);
     },
   );
   app.post('/v1/rollback', async (request, reply) => {
@@ -375,8 +409,29 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
 
   // ── health and metrics ────────────────────────────────────────────────────────────────────
 
-  app.get('/healthz', () => ({ ok: true, waiting: waiters.size }));
-  app.get('/metrics', async (_request, reply) => {
+  // Liveness and the store's state: 503 while the store cannot be used (unreachable, disk full),
+  // with what failed; the process itself keeps serving what it can.
+  app.get('/healthz', (_request, reply) => {
+    const store = controller.store.health();
+    return reply
+      .code(store.state === 'ok' ? 200 : 503)
+      .send({ ok: store.state === 'ok', waiting: waiters.size, store });
+  });
+  // Metrics list every host, its state and its check-ins: a scrape credential is required.
+  app.get('/metrics', async (request, reply) => {
+    const token = bearer(request);
+    if (
+      token === undefined ||
+      !(
+        matchesOperatorToken(token, options.metricsTokenHash) ||
+        matchesOperatorToken(token, options.operatorTokenHash)
+      )
+    ) {
+      throw new RefusedError(
+        'unauthenticated',
+        'The metrics token is required (Authorization: Bearer …, from metrics.token in the server state directory or --metrics-token-file)',
+      );
+    }
     const body = await metrics.registry.metrics();
     return reply.header('content-type', metrics.registry.contentType).send(body);
   });
@@ -388,6 +443,21 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
       stopWaking();
     },
   };
+}
+
+/** How long a caller refused for the store's sake waits (agents add their own jittered backoff). */
+const STORE_RETRY_AFTER_SECONDS = 5;
+
+function sendStoreFault(reply: FastifyReply, fault: StoreFault): FastifyReply {
+  return reply
+    .code(503)
+    .header('retry-after', String(STORE_RETRY_AFTER_SECONDS))
+    .send({
+      error: {
+        code: fault.state === 'disk-full' ? 'store-full' : 'store-unavailable',
+        message: `The controller cannot do this now: its store: ${fault.message}; try again later`,
+      },
+    });
 }
 
 function differs(

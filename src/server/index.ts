@@ -10,4 +10,11 @@ export {
   type OperatorClient,
   type OperatorTarget,
 } from './operator-client.js';
-export { OPERATOR_TOKEN_ENV } from './operator-token.js';
+export { METRICS_TOKEN_ENV, OPERATOR_TOKEN_ENV } from './operator-token.js';
+export { DEFAULT_HOST_RATE_LIMIT, type HostRateLimit } from './host-rate-limit.js';
+export {
+  SERVER_STATE_DIR,
+  SERVER_UNIT_KINDS,
+  renderServerUnit,
+  type ServerUnitKind,
+} from './server-units.js';

@@ -15,6 +15,9 @@ export function matchesOperatorToken(presented: string, storedHash: string): boo
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
+/** The scrape credential `/metrics` asks for, when not in a file. */
+export const METRICS_TOKEN_ENV = 'EGRESSGUARD_METRICS_TOKEN';
+
 /**
  * The operator token, from a file or the environment, never from argv (it would show in `ps`).
  * With neither, the server creates `fallbackFile` (0600) on first start.
@@ -24,10 +27,28 @@ export function loadOperatorToken(options: {
   fallbackFile: string;
   create: boolean;
 }): { token: string; source: string } {
+  return loadToken({ ...options, env: OPERATOR_TOKEN_ENV, prefix: 'ego1' });
+}
+
+/** The metrics scrape token: like the operator token, from its own file or variable. */
+export function loadMetricsToken(options: { file?: string | undefined; fallbackFile: string }): {
+  token: string;
+  source: string;
+} {
+  return loadToken({ ...options, create: true, env: METRICS_TOKEN_ENV, prefix: 'egm1' });
+}
+
+function loadToken(options: {
+  file?: string | undefined;
+  fallbackFile: string;
+  create: boolean;
+  env: string;
+  prefix: string;
+}): { token: string; source: string } {
   if (options.file !== undefined) return { token: readToken(options.file), source: options.file };
-  const fromEnv = process.env[OPERATOR_TOKEN_ENV];
+  const fromEnv = process.env[options.env];
   if (fromEnv !== undefined && fromEnv.trim() !== '')
-    return { token: fromEnv.trim(), source: OPERATOR_TOKEN_ENV };
+    return { token: fromEnv.trim(), source: options.env };
   if (existsSync(options.fallbackFile))
     return { token: readToken(options.fallbackFile), source: options.fallbackFile };
   if (!options.create) {
@@ -35,12 +56,12 @@ export function loadOperatorToken(options: {
       'usage',
       `Cannot find an operator token: "${options.fallbackFile}" does not exist`,
       {
-        hint: `pass --operator-token-file FILE or set ${OPERATOR_TOKEN_ENV}`,
+        hint: `pass --operator-token-file FILE or set ${options.env}`,
       },
     );
   }
   mkdirSync(dirname(options.fallbackFile), { recursive: true, mode: 0o700 });
-  const token = `ego1.${randomBytes(32).toString('base64url')}`;
+  const token = `${options.prefix}.${randomBytes(32).toString('base64url')}`;
   writeFileSync(options.fallbackFile, `${token}\n`, { mode: 0o600, flag: 'wx' });
   return { token, source: options.fallbackFile };
 }

@@ -31,18 +31,34 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
     registers,
   });
 
+  const { store } = controller;
   new Gauge({
+    name: 'egressguard_fleet_store_state',
+    help: 'This replica’s view of its store: 1 for the state it is in (ok, unavailable, disk-full)',
+    labelNames: ['state'] as const,
+    registers,
+    collect() {
+      const { state } = store.health();
+      for (const s of ['ok', 'unavailable', 'disk-full'] as const)
+        this.set({ state: s }, s === state ? 1 : 0);
+    },
+  });
+  new Counter({
+    name: 'egressguard_fleet_store_listen_reconnects_total',
+    help: 'Times this replica listened again for other replicas’ wake-ups after the connection broke (PostgreSQL)',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(store.listenReconnects);
+    },
+  });
+
+  const hostCounts = new Gauge({
     name: 'egressguard_fleet_hosts',
     help: 'Enrolled hosts by condition and status (Ready is Unknown for a silent host)',
     labelNames: ['condition', 'status'] as const,
     registers,
-    async collect() {
-      const hosts = await controller.listHosts();
-      this.reset();
-      for (const host of hosts) {
-        for (const c of host.conditions) this.inc({ condition: c.type, status: c.status });
-      }
-    },
+    collect: () => hostsOnce(),
   });
   const perHost = {
     condition: new Gauge({
@@ -79,9 +95,10 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
   const rolloutsOnce = shareRun(fillRollouts);
 
   async function fillHosts(): Promise<void> {
-    const hosts = await controller.listHosts();
-    for (const gauge of Object.values(perHost)) gauge.reset();
-    for (const host of hosts) {
+    for (const gauge of [hostCounts, ...Object.values(perHost)]) gauge.reset();
+    const hosts = await readWhileStoreWorks(() => controller.listHosts());
+    for (const host of hosts ?? []) {
+      for (const c of host.conditions) hostCounts.inc({ condition: c.type, status: c.status });
       for (const c of host.conditions) {
         perHost.condition.set({ host: host.name, condition: c.type }, c.status === 'True' ? 1 : 0);
       }
@@ -125,9 +142,9 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
     }),
   };
   async function fillRollouts(): Promise<void> {
-    const rollouts = await controller.listRollouts(10);
     for (const gauge of Object.values(rollout)) gauge.reset();
-    for (const r of rollouts) {
+    const rollouts = await readWhileStoreWorks(() => controller.listRollouts(10));
+    for (const r of rollouts ?? []) {
       for (const state of ['progressing', 'paused', 'succeeded', 'superseded'] as const) {
         rollout.state.set({ rollout: r.id, state }, r.state === state ? 1 : 0);
       }
@@ -138,6 +155,20 @@ export function createServerMetrics(controller: Controller): ServerMetrics {
       const started = r.waves[r.currentWave]?.startedAt;
       if (started !== undefined && started !== null)
         rollout.waveStarted.set({ rollout: r.id }, started / 1000);
+    }
+  }
+
+  /**
+   * The fleet's gauges come from the store: while it is away they are left out (the store's own
+   * metrics say why) and the rest is still served.
+   */
+  async function readWhileStoreWorks<T>(read: () => Promise<T>): Promise<T | undefined> {
+    if (store.health().state === 'unavailable') return undefined;
+    try {
+      return await read();
+    } catch (error) {
+      if (store.noteFailure(error) === undefined) throw error;
+      return undefined;
     }
   }
 

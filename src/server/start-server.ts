@@ -11,7 +11,8 @@ import {
   type Clock,
 } from '../fleet/index.js';
 import { createApp } from './create-app.js';
-import { hashOperatorToken, loadOperatorToken } from './operator-token.js';
+import type { HostRateLimit } from './host-rate-limit.js';
+import { hashOperatorToken, loadMetricsToken, loadOperatorToken } from './operator-token.js';
 import { createServerMetrics } from './server-metrics.js';
 
 export interface ServerOptions {
@@ -29,8 +30,13 @@ export interface ServerOptions {
   /** More names and addresses for the generated server certificate. */
   readonly tlsNames?: readonly string[];
   readonly operatorTokenFile?: string | undefined;
+  /** The scrape credential for `/metrics` (else $EGRESSGUARD_METRICS_TOKEN, else metrics.token). */
+  readonly metricsTokenFile?: string | undefined;
   readonly pollIntervalMs?: number;
   readonly graceMs?: number;
+  readonly restartGraceMs?: number;
+  /** How many requests one host may send (default: 30 at once, then 1 a second). */
+  readonly hostRateLimit?: HostRateLimit;
   /** How often rollouts are judged. */
   readonly tickMs?: number;
   readonly binder?: BundleBinder;
@@ -44,6 +50,7 @@ export interface RunningServer {
   readonly caPem: string | null;
   readonly caPin: string | null;
   readonly operatorToken: string;
+  readonly metricsToken: string;
   readonly controller: Controller;
   close(): Promise<void>;
 }
@@ -87,7 +94,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     fallbackFile: join(options.stateDir, 'operator.token'),
     create: true,
   });
-  const store = await openStore(options.store);
+  const scrape = loadMetricsToken({
+    file: options.metricsTokenFile,
+    fallbackFile: join(options.stateDir, 'metrics.token'),
+  });
+  const store = await openStore(options.store, { log });
   const controller = new Controller({
     store,
     binder: options.binder ?? createHostIrBinder(),
@@ -95,12 +106,26 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     clock: options.clock ?? systemClock,
     ...(options.pollIntervalMs === undefined ? {} : { pollIntervalMs: options.pollIntervalMs }),
     ...(options.graceMs === undefined ? {} : { graceMs: options.graceMs }),
+    ...(options.restartGraceMs === undefined ? {} : { restartGraceMs: options.restartGraceMs }),
   });
+  try {
+    // Times are stored and judged on the database's clock from the first request on.
+    await controller.syncClock();
+  } catch (error) {
+    await store.close();
+    throw new EgressguardError(
+      'io',
+      `Cannot read the clock of store "${store.description}": ${(error as Error).message}`,
+      { cause: error },
+    );
+  }
   const metrics = createServerMetrics(controller);
   const { app, shutdown } = createApp({
     controller,
     metrics,
     operatorTokenHash: hashOperatorToken(operator.token),
+    metricsTokenHash: hashOperatorToken(scrape.token),
+    ...(options.hostRateLimit === undefined ? {} : { hostRateLimit: options.hostRateLimit }),
     https: tls,
     log,
   });
@@ -117,7 +142,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         : controller.tick();
     work
       .catch((error: unknown) => {
-        log(`warning: cannot judge rollouts: ${(error as Error).message}`);
+        // A store fault is logged once by the store's monitor, not at every tick.
+        if (store.noteFailure(error) === undefined)
+          log(`warning: cannot judge rollouts: ${(error as Error).message}`);
       })
       .finally(() => {
         ticking = false;
@@ -155,12 +182,15 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     caPem: tls?.caPem ?? null,
     caPin: tls?.caPin ?? null,
     operatorToken: operator.token,
+    metricsToken: scrape.token,
     controller,
     close: async () => {
       clearInterval(ticker);
       shutdown();
       await app.close();
-      await controller.flushCheckins();
+      // Check-ins held in memory are written if the store can take them; they are only the
+      // last-seen times, which the next poll writes again.
+      await controller.flushCheckins().catch(() => undefined);
       await store.close();
     },
   };

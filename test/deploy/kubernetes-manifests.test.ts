@@ -98,6 +98,16 @@ describe('deploy/kubernetes/rbac.yaml', () => {
     }
   });
 
+  it("grants doctor --k8s's cluster-wide lists exactly, read only", () => {
+    const role = find('ClusterRole', 'egressguard-doctor');
+    expect(grants(role.rules ?? [])).toEqual(calls(KUBE_CALLS.doctorCluster));
+    const binding = find('ClusterRoleBinding', 'egressguard-doctor');
+    expect(binding.roleRef?.name).toBe('egressguard-doctor');
+    expect(binding.subjects).toEqual([
+      { kind: 'ServiceAccount', name: 'egressguard-gateway', namespace: 'egressguard' },
+    ]);
+  });
+
   it('has no wildcard, no non-resource URL and no escalation verb anywhere', () => {
     for (const doc of rbac.filter((d) => d.rules !== undefined)) {
       for (const rule of doc.rules ?? []) {

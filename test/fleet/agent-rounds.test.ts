@@ -10,6 +10,7 @@ import {
   createBundleHasher,
   runAgent,
   type AgentClock,
+  type AgentEnd,
   type FirewallGeneration,
   type HostEngine,
 } from '../../src/agent/index.js';
@@ -145,7 +146,7 @@ describe('with the controller down, watcher wakeups do not shorten the reconnect
   let running: RunningServer | undefined;
   let relay: Awaited<ReturnType<typeof startRelay>> | undefined;
   const stop = new AbortController();
-  let outcome: Promise<'stopped' | 'decommissioned'> | undefined;
+  let outcome: Promise<AgentEnd> | undefined;
   const log: string[] = [];
   const passes: ResidentPass[] = [];
   const { clock, sleeps } = createWatchedClock();

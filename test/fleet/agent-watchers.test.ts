@@ -59,10 +59,11 @@ function ipInNs(argv: string[], effect: 'read' | 'change') {
   return root.run(['ip', '-n', ns, ...argv], { effect });
 }
 
-/** GET over HTTPS, trusting the controller's own CA. */
-function fetchText(url: string, ca: string): Promise<string> {
+/** GET over HTTPS, trusting the controller's own CA (with a bearer token when given). */
+function fetchText(url: string, ca: string, token?: string): Promise<string> {
   return new Promise((resolve, reject) => {
-    get(url, { ca }, (response) => {
+    const headers = token === undefined ? {} : { authorization: `Bearer ${token}` };
+    get(url, { ca, headers }, (response) => {
       let body = '';
       response.setEncoding('utf8');
       response.on('data', (chunk: string) => (body += chunk));
@@ -388,7 +389,11 @@ describe('the agent under the resident mode watchers (real agent process, netns,
     const earlier = Number(/\(and (\d+) earlier: /.exec(event.message)?.[1] ?? 0);
     expect(earlier).toBeGreaterThanOrEqual(1);
     // The counter is per replica, and this one started after the repairs: one report, all of them.
-    const metrics = await fetchText(`${server().url}/metrics`, server().caPem ?? '');
+    const metrics = await fetchText(
+      `${server().url}/metrics`,
+      server().caPem ?? '',
+      server().metricsToken,
+    );
     expect(metrics).toMatch(
       new RegExp(`^egressguard_fleet_drift_repairs_total ${earlier + 1}$`, 'm'),
     );

@@ -94,7 +94,8 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
     // The controller's metrics tell the same story: hosts by condition, the rollout, check-ins.
     const connection = connectController(server.url, server.caPem);
     try {
-      const body = (await connection.request('GET', '/metrics')).body;
+      const body = (await connection.request('GET', '/metrics', { token: server.metricsToken }))
+        .body;
       const metrics = typeof body === 'string' ? body : '';
       expect(metrics).toContain('egressguard_fleet_hosts{condition="Ready",status="True"} 5');
       expect(metrics).toContain(

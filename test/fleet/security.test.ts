@@ -42,6 +42,8 @@ describe('fleet security', () => {
     server = await startTestServer({
       store: `sqlite:${join(scratch.dir('db'), 'fleet.db')}`,
       stateDir: scratch.dir('server'),
+      // Silence is not what these tests look at: a loaded machine must not make a host silent.
+      graceMs: 600_000,
     });
     const { token } = await server.controller.createBootstrapToken(
       { ttlMs: 60_000, uses: 2 },
@@ -355,13 +357,31 @@ describe('fleet security', () => {
   });
 
   it('reports to the agent a decommission as the end, not an error to retry', async () => {
-    const beforeStatus = (await server.controller.host('beta')).appliedHash;
-    expect(beforeStatus).not.toBeNull();
-    await api.request('POST', '/v1/hosts/beta/decommission', { token: server.operatorToken });
-    await expect(agents[1]?.outcome).resolves.toBe('decommissioned');
-    expect((await api.request('GET', '/v1/bundle', { token: beta.credential })).status).toBe(410);
-    await waitFor('beta gone from the fleet', async () =>
-      (await server.controller.listHosts()).some((h) => h.name === 'beta') ? undefined : true,
+    // A host of its own: the tests above took alpha's and beta's agents' credentials away.
+    const { token } = await server.controller.createBootstrapToken(
+      { ttlMs: 60_000, uses: 1 },
+      'test',
     );
+    const zeta = startTestAgent({ serverUrl: server.url, token, name: 'zeta', root });
+    agents.push(zeta);
+    await waitForConverged(server, ['zeta']);
+    const credential = (
+      JSON.parse(
+        readFileSync(join(root, 'zeta', 'host', 'agent-enrollment.json'), 'utf8'),
+      ) as Enrollment
+    ).credential;
+    await api.request('POST', '/v1/hosts/zeta/decommission', { token: server.operatorToken });
+    await expect(zeta.outcome).resolves.toBe('decommissioned');
+    expect((await api.request('GET', '/v1/bundle', { token: credential })).status).toBe(410);
+    await waitFor('zeta gone from the fleet', async () =>
+      (await server.controller.listHosts()).some((h) => h.name === 'zeta') ? undefined : true,
+    );
+  });
+
+  it('stops the agent whose credential another rotation retired (it is refused: 401), instead of retrying', async () => {
+    // The rotation test above used beta's credential for a new one: beta's agent holds a
+    // credential that is no longer valid, and stops at its first refusal.
+    await expect(agents[1]?.outcome).resolves.toBe('revoked');
+    expect(agents[1]?.log.at(-1)).toMatch(/HTTP 401.*stopping/);
   });
 });

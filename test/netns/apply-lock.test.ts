@@ -7,7 +7,7 @@ import {
   cli,
   holdHostLock,
   liveStamp,
-  sleep,
+  startCli,
   target,
   useGatewayLab,
   writePolicyB,
@@ -26,24 +26,22 @@ describe('apply and the host lock', () => {
 
   it('waits while another egressguard holds the lock, says so, then applies', async () => {
     const path = await fresh('wait');
-    await apply(lab, path, POLICY_A);
+    const a = await apply(lab, path, POLICY_A);
     const holder = holdHostLock(lab, path);
-    let finished = false;
-    const applying = cli([
+    const applying = startCli([
       'apply',
       writePolicyB(path),
       '--facts',
       FACTS,
       '--json',
       ...target(lab, path),
-    ]).finally(() => {
-      finished = true;
-    });
-    await sleep(1500);
-    // Still waiting: the holder is alive (the default wait is 30 s).
-    expect(finished).toBe(false);
+    ]);
+    // The handshake: the CLI says it found the lock held and waits (the default wait is 30 s).
+    await applying.stderrMatching(/waiting up to 30s$/m);
+    // Still waiting while the holder lives: A is live.
+    expect(await liveStamp(lab)).toBe(a.hash);
     holder.release();
-    const result = await applying;
+    const result = await applying.result;
     expect(result.exitCode).toBe(0);
     expect(result.stderr).toMatch(
       /^warning: Cannot apply a policy: the host lock ".*" is held by pid \d+ \(repair the applied state\) since .*; waiting up to 30s$/m,

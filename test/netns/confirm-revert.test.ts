@@ -16,7 +16,7 @@ import {
   liveStamp,
   ownTableJson,
   routingListing,
-  sleep,
+  startCli,
   status,
   target,
   writePolicyB,
@@ -169,18 +169,19 @@ describe('confirm or revert', () => {
   it('waits for the host lock while another egressguard holds it, then reverts', async () => {
     const { path } = await fresh('lock-held');
     const a = await apply(lab, path, POLICY_A);
-    await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
+    const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
     const holder = holdHostLock(lab, path);
-    const started = Date.now();
-    const reverting = cli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]).then(
-      (result) => ({ ...result, after: Date.now() - started }),
-    );
-    await sleep(1500);
+    const reverting = startCli(['restore', '--unconfirmed', '2', '--json', ...target(lab, path)]);
+    // The handshake: the revert says whom it waits for (in the timer's log on a real host).
+    await reverting.stderrMatching(/waiting up to 60s$/m);
+    expect(await liveStamp(lab)).toBe(b.hash); // nothing reverted while the lock is held
     holder.release();
-    const reverted = await reverting;
-    expect(reverted).toMatchObject({ exitCode: 0, stderr: '' });
+    const reverted = await reverting.result;
+    expect(reverted.exitCode).toBe(0);
+    expect(reverted.stderr).toMatch(
+      /^warning: Cannot revert unconfirmed generation 2: the host lock ".*" is held by pid \d+ \(repair the applied state\) since .*; waiting up to 60s$/,
+    );
     expect(JSON.parse(reverted.stdout)).toMatchObject({ kind: 'reverted', restored: 1 });
-    expect(reverted.after).toBeGreaterThanOrEqual(1500);
     expect(await liveStamp(lab)).toBe(a.hash);
   });
 
@@ -234,16 +235,15 @@ describe('confirm or revert', () => {
     await apply(lab, path, POLICY_A);
     const b = await apply(lab, path, writePolicyB(path), ['--confirm-within', '60s']);
     const holder = holdHostLock(lab, path, `revert unconfirmed generation ${b.generation}`);
-    const started = Date.now();
-    const confirming = cli(['confirm', ...target(lab, path)]).then((result) => ({
-      ...result,
-      after: Date.now() - started,
-    }));
-    await sleep(1000);
+    const confirming = startCli(['confirm', ...target(lab, path)]);
+    await confirming.stderrMatching(/waiting up to 30s$/m);
+    expect(pendingOf(state)).toMatchObject({ generation: 2 }); // not confirmed while it waits
     holder.release();
-    const confirmed = await confirming;
+    const confirmed = await confirming.result;
     expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 2' });
-    expect(confirmed.after).toBeGreaterThanOrEqual(1000);
+    expect(confirmed.stderr).toMatch(
+      /^warning: Cannot confirm the applied generation: the host lock ".*" is held by pid \d+ \(revert unconfirmed generation 2\) since .*; waiting up to 30s$/,
+    );
     expect(pendingOf(state)).toBeUndefined();
     expect(timerPids([path])).toEqual([]);
   });

@@ -130,6 +130,7 @@ describe('run --k8s: the gateway label follows the tunnel', () => {
         tunnel: 'tun0',
         nodeLabel: VPN_LABEL,
         what: `node label ${VPN_LABEL.key}=${VPN_LABEL.value}`,
+        objects: ['egressguard-k3s-vpn-egress-vpn', 'egressguard-k3s-vpn-egress-vpn-backstop'],
       },
     ]);
   });
@@ -234,6 +235,8 @@ describe('run --k8s: the gateway label follows the tunnel', () => {
     expect(text).toContain(
       `egressguard_egress_policy_reapplied_total{node="${NODE}",policy="${OWN_POLICY}"} 6`,
     );
-    expect(text).toMatch(/egressguard_gateway_last_change_timestamp_seconds\{node="gw-1"\} \d+/);
+    expect(text).toMatch(
+      /egressguard_gateway_last_change_timestamp_seconds\{node="k3s-gw-1"\} \d+/,
+    );
   });
 });

@@ -124,7 +124,7 @@ describe('egressguard run --k8s (built CLI)', () => {
       ...target(lab, state.path),
     ]);
     expect(unknownNode.exitCode).toBe(2);
-    // The model's RBAC names gw-1 only: reading another node is forbidden.
+    // The model's RBAC names k3s-gw-1 only: reading another node is forbidden.
     expect(unknownNode.stderr).toContain('Cannot read node "gw-9"');
     expect(await liveStamp(lab)).toBeNull();
   });

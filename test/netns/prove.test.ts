@@ -152,7 +152,7 @@ describe('prove --lab: linux-vpn-gateway', () => {
 
   it('reports the DNS leak through the host resolver as a finding, not as class traffic', () => {
     const s = scenario('dns-host-resolver');
-    expect(s.findings.some((f) => f.severity === 'warning' && /host/.test(f.message))).toBe(true);
+    expect(s.findings.some((f) => f.severity === 'leak' && /host/.test(f.message))).toBe(true);
     expect(s.judgements.every((j) => j.forwardedByHost > 0 && j.leaked === 0)).toBe(true);
   });
 });

@@ -13,14 +13,16 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { readStatus, removeGeneration, restoreGeneration } from '../../src/apply/index.js';
 import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
+import { parsePfConf } from '../../src/backends/pf/parse-pf-conf.js';
 import { findPfConfStanzas, STANZA_BEGIN } from '../../src/backends/pf/pf-conf-stanza.js';
 import { findForbiddenPfctlForms } from '../../src/backends/pf/pfctl-model.js';
 import { PF_CONF_RENAME_POINT } from '../../src/backends/pf/write-pf-conf.js';
 import { applyPrepared, hostContext, planPrepared } from '../../src/host/index.js';
 import { createPfModelHost, type PfModelHost } from './support.js';
 
-// `--pf-attach stanza` on the pfctl MODEL: one marked block in pf.conf attaches the top-level
-// anchor "egressguard" from the next boot; egressguard writes pf.conf through that path only and
+// `--pf-attach stanza` on the pfctl MODEL: marked blocks in pf.conf (scrub-anchor, nat-anchor,
+// anchor, each among the lines of its kind) attach the top-level anchor "egressguard" from the
+// next boot; egressguard writes pf.conf through that path only and
 // never loads it (DESIGN.md §1A). The pf.conf here is a temporary copy (`--pf-conf`).
 const hosts: PfModelHost[] = [];
 const dirs: string[] = [];
@@ -58,25 +60,31 @@ const OLDER =
   'anchor "egressguard"\nload anchor "egressguard" from "/etc/pf.anchors/egressguard"\n';
 
 describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
-  it('apply writes one marked block, twice gives one, and the anchor waits for the next boot', async () => {
+  it('apply writes one marked block per kind of line, twice gives the same, and the anchor waits for the next boot', async () => {
     const { h, pfConf, context } = stanzaHost(LEGACY);
     const prepared = h.prepare();
     const plan = await planPrepared(h.target, prepared);
     expect(plan.problems).toEqual([]);
     expect(plan.changes).toContain(
-      `~ "${pfConf}": one egressguard block attaching anchor "egressguard" from the next boot`,
+      `~ "${pfConf}": 3 egressguard blocks attaching anchor "egressguard" from the next boot`,
     );
     const report = await applyPrepared(h.target, prepared);
     expect(report.deferred.map((d) => d.until)).toEqual([
       'the next boot, when macOS loads pf.conf',
       'the next boot, when macOS loads pf.conf',
+      'the next boot, when macOS loads pf.conf',
     ]);
+    expect(report.deferred.map((d) => d.what)[0]).toMatch(/^a scrub-anchor point/);
     const once = readFileSync(pfConf, 'utf8');
-    // Every other byte of Apple's file as it was; the block between the translation and filter
-    // anchors, where pf's rule order holds.
-    expect(once.replace(/# BEGIN egressguard[^]*?# END egressguard\n/, '')).toBe(LEGACY);
-    expect(findPfConfStanzas(once, 'egressguard').blocks).toHaveLength(1);
-    expect(once).toContain(`${STANZA_BEGIN}\nnat-anchor "egressguard"\nanchor "egressguard"\n`);
+    // Every other byte of Apple's file as it was; each block where pf's rule order holds: the
+    // scrub-anchor among the normalization lines, the nat-anchor among the translation ones.
+    expect(once.replace(/# BEGIN egressguard[^]*?# END egressguard\n/g, '')).toBe(LEGACY);
+    expect(findPfConfStanzas(once, 'egressguard').blocks).toHaveLength(3);
+    expect(once).toContain(
+      `scrub-anchor "com.apple/*"\n${STANZA_BEGIN}\nscrub-anchor "egressguard"\n# END egressguard\nnat-anchor "com.apple/*"\n`,
+    );
+    expect(once).toContain(`${STANZA_BEGIN}\nnat-anchor "egressguard"\n# END egressguard\n`);
+    expect(once).toContain(`${STANZA_BEGIN}\nanchor "egressguard"\n# END egressguard\n`);
     await applyPrepared(h.target, prepared, { force: true });
     expect(readFileSync(pfConf, 'utf8')).toBe(once);
     const status = await readStatus({ ...context, desiredHash: prepared.hash });
@@ -94,9 +102,29 @@ describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
     expect(booted.condition).toBe('InSync');
     expect(booted.reasons).toEqual([]);
     expect(h.model.run(['-s', 'rules']).stdout).toContain('anchor "egressguard" all');
+    // The scrub-anchor line reaches the anchor's `scrub … fragment reassemble`: a later fragment
+    // of a datagram to the cache's service port is judged like its datagram (allow-cache), as
+    // explain says, not without its ports (pf_test_fragment) as it was before the line.
+    expect(h.model.run(['-s', 'rules']).stdout).toContain('scrub-anchor "egressguard" all');
+    const fragment = h.model.forwardPacket({
+      family: 4,
+      source: 0xc0a84005,
+      destination: 0x0a2a000a, // 10.42.0.10
+      protocol: 6,
+      sourcePort: 50_000,
+      destinationPort: 4000,
+      fragment: 'non-first',
+      ingress: 'bridge100',
+      egress: 'en0',
+    });
+    expect([fragment.verdict, fragment.inbound.label, fragment.inbound.fragment]).toEqual([
+      'pass',
+      'allow-cache',
+      'reassembled',
+    ]);
 
     const removed = await removeGeneration(context);
-    expect(JSON.stringify(removed)).toContain(`the egressguard block of \\"${pfConf}\\"`);
+    expect(JSON.stringify(removed)).toContain(`the egressguard blocks of \\"${pfConf}\\"`);
     expect(readFileSync(pfConf, 'utf8')).toBe(LEGACY);
     // egressguard never loaded the main ruleset: only launchd did, at boot.
     expect(h.runner.invocations.flatMap((i) => findForbiddenPfctlForms(i.argv.slice(1)))).toEqual(
@@ -123,34 +151,44 @@ describe('the pf.conf stanza attachment (--pf-attach stanza)', () => {
     const target = join(pfConf, '..', 'managed', 'pf.conf');
     await applyPrepared(h.target, h.prepare());
     expect(lstatSync(pfConf).isSymbolicLink()).toBe(true);
-    expect(findPfConfStanzas(readFileSync(target, 'utf8'), 'egressguard').blocks).toHaveLength(1);
+    expect(findPfConfStanzas(readFileSync(target, 'utf8'), 'egressguard').blocks).toHaveLength(3);
     await removeGeneration(context);
     expect(lstatSync(pfConf).isSymbolicLink()).toBe(true);
     expect(readFileSync(target, 'utf8')).toBe(LEGACY);
   });
 
-  it('migrates an older unmarked stanza and a duplicated block into one marked block', async () => {
+  it('migrates an older unmarked stanza and a duplicated block into marked blocks, one of each', async () => {
     const legacyWithOld = `${LEGACY}${OLDER}${STANZA_BEGIN}\nanchor "egressguard"\n# END egressguard\n${STANZA_BEGIN}\n${OLDER}# END egressguard\n`;
     const { h, pfConf } = stanzaHost(legacyWithOld);
     await applyPrepared(h.target, h.prepare());
     const text = readFileSync(pfConf, 'utf8');
     const found = findPfConfStanzas(text, 'egressguard');
-    expect(found.blocks).toHaveLength(1);
+    expect(found.blocks).toHaveLength(3);
+    expect(found.duplicated).toEqual([]);
     expect(found.unmarked).toEqual([]);
     expect(text).not.toContain('load anchor "egressguard"');
   });
 
-  it('refuses a block pf.conf cannot hold in order, and changes nothing', async () => {
-    // Stock current pf.conf: dummynet-anchor sits between translation and filtering anchors.
+  it('attaches on the current stock pf.conf too (dummynet-anchor between the kinds)', async () => {
     const current = readStockPfFiles('current').pfConf;
     const { h, pfConf } = stanzaHost(current, 'current');
+    await applyPrepared(h.target, h.prepare());
+    const text = readFileSync(pfConf, 'utf8');
+    expect(text.replace(/# BEGIN egressguard[^]*?# END egressguard\n/g, '')).toBe(current);
+    expect(parsePfConf(text, { file: 'pf.conf' }).problems).toEqual([]);
+  });
+
+  it('refuses blocks pf.conf cannot hold in order, and changes nothing', async () => {
+    // A file out of pf's order itself (require-order off): no place keeps a nat-anchor in order.
+    const disordered = 'set require-order no\nanchor "com.apple/*"\nscrub-anchor "com.apple/*"\n';
+    const { h, pfConf } = stanzaHost(disordered, 'current');
     const before = h.model.state.log.length;
     await expect(applyPrepared(h.target, h.prepare())).rejects.toThrow(
       new RegExp(
-        `^Cannot attach anchor "egressguard" in "${pfConf.replace(/[.]/g, '\\.')}" \\(line 25\\): Cannot place the egressguard block in pf.conf: pf requires rules in order`,
+        `^Cannot attach anchor "egressguard" in "${pfConf.replace(/[.]/g, '\\.')}" \\(line 3\\): Cannot place the egressguard block in pf.conf: pf requires rules in order`,
       ),
     );
-    expect(readFileSync(pfConf, 'utf8')).toBe(current);
+    expect(readFileSync(pfConf, 'utf8')).toBe(disordered);
     // Only the `-n` check ran: no load.
     expect(
       h.model.state.log.slice(before).some((e) => e.argv.includes('-f') && !e.argv.includes('-n')),

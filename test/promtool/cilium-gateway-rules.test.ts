@@ -76,9 +76,11 @@ describe('deploy/prometheus/cilium-gateway.rules.yml', () => {
     const known = new Set<string>(Object.values(GATEWAY_METRICS).map((m) => m.name));
     const used = new Set(alerts.flatMap((a) => a.expr.match(/egressguard_[a-z_]+/g) ?? []));
     expect([...used].filter((name) => !known.has(name))).toEqual([]);
-    // Every metric but the re-apply counter, whose series exists only after its first increment.
+    // Every metric but two for dashboards: the re-apply counter, whose series exists only after
+    // its first increment, and the exit's last-seen time (the alert reads the gauge beside it).
     expect([...known].filter((name) => !used.has(name))).toEqual([
       GATEWAY_METRICS.policyReapplied.name,
+      GATEWAY_METRICS.exitLastSeen.name,
     ]);
   });
 
@@ -86,6 +88,49 @@ describe('deploy/prometheus/cilium-gateway.rules.yml', () => {
     const rule = alerts.find((a) => a.alert === 'EgressguardEgressPolicyNotReapplied');
     expect(rule?.expr).toContain(GATEWAY_METRICS.lastReapplied.name);
     expect(rule?.expr).not.toContain(GATEWAY_METRICS.policyReapplied.name);
+  });
+
+  it("shows the field report's three forms alerting within 5 minutes and at 82, and a healthy pair of clusters silent", () => {
+    interface Case {
+      input_series: { series: string }[];
+      alert_rule_test?: {
+        eval_time: string;
+        alertname: string;
+        exp_alerts: { exp_labels: Record<string, string> }[];
+      }[];
+    }
+    const cases = (parse(readFileSync(join(folder, TESTS), 'utf8')) as { tests: Case[] }).tests;
+    const twoClusters = cases.filter(
+      (c) =>
+        c.input_series.some((s) => s.series.includes('cluster="dev"')) &&
+        c.input_series.some((s) => s.series.includes('cluster="prod"')) &&
+        c.input_series.some((s) => s.series.startsWith('up{')),
+    );
+    const healthy = twoClusters.filter((c) =>
+      (c.alert_rule_test ?? []).every((t) => t.exp_alerts.length === 0),
+    );
+    expect(healthy).toHaveLength(1);
+    for (const time of ['5m', '82m']) {
+      expect(
+        new Set(
+          (healthy[0]?.alert_rule_test ?? [])
+            .filter((t) => t.eval_time === time)
+            .map((t) => t.alertname),
+        ),
+      ).toEqual(new Set(alerts.map((a) => a.alert)));
+    }
+    const failing = twoClusters.filter((c) => !healthy.includes(c));
+    expect(failing).toHaveLength(3);
+    for (const c of failing) {
+      for (const time of ['5m', '82m']) {
+        const critical = (c.alert_rule_test ?? [])
+          .filter((t) => t.eval_time === time)
+          .flatMap((t) => t.exp_alerts)
+          .filter((a) => a.exp_labels['severity'] === 'critical');
+        expect(critical.length, time).toBeGreaterThan(0);
+        for (const a of critical) expect(a.exp_labels['cluster']).toBe('dev');
+      }
+    }
   });
 
   it('has unit tests that fail when a rule is wrong (a 10-minute wait instead of 3)', () => {

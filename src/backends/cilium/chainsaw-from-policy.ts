@@ -17,13 +17,19 @@ export const CHAINSAW_OPTIONS: readonly BackendOption[] = [
     key: 'echoUrl',
     flag: '--echo-url <url>',
     description:
-      'with --emit chainsaw: an HTTP service beyond the gateway that answers with the client address it sees',
+      "with --emit chainsaw: an HTTP service beyond the gateway that answers with the client address it sees (default: the facts' cluster.tunnelExits)",
   },
   {
     key: 'tunnelUnit',
     flag: '--tunnel-unit <unit>',
     description:
       'with --emit chainsaw: the systemd unit of the tunnel on the gateway node (default wg-quick@TUNNEL.service)',
+  },
+  {
+    key: 'residentUnit',
+    flag: '--resident-unit <unit>',
+    description:
+      "with --emit chainsaw: the systemd unit of egressguard's gateway resident on the gateway node (default egressguard-gateway.service)",
   },
   {
     key: 'wanAddress',
@@ -35,7 +41,7 @@ export const CHAINSAW_OPTIONS: readonly BackendOption[] = [
     key: 'tunnelExit',
     flag: '--tunnel-exit <ips>',
     description:
-      'with --emit chainsaw: the addresses the echo service sees through the tunnel, comma-separated',
+      "with --emit chainsaw: the addresses the echo service sees through the tunnel, comma-separated (default: the facts' cluster.tunnelExits); required for a safety-critical requirement",
   },
   {
     key: 'podNamespace',
@@ -62,7 +68,10 @@ export function chainsawInputFromPolicy(
   options: BackendOptions,
 ): { input: ChainsawSuiteInput; notes: string[] } {
   const { policy, ir, facts } = source;
-  const echoUrl = options['echoUrl'];
+  const tunnelName = ir.podClasses.find((c) => c.via.kind === 'tunnel')?.via;
+  const exit =
+    tunnelName?.kind === 'tunnel' ? ir.cluster?.tunnelExits[tunnelName.interface] : undefined;
+  const echoUrl = options['echoUrl'] ?? exit?.echoUrl;
   if (echoUrl === undefined || echoUrl === '') {
     throw new EgressguardError('usage', 'Cannot write the chainsaw suite without --echo-url', {
       hint: 'give an HTTP service beyond the gateway that answers with the client address it sees (--echo-url http://203.0.113.80:8080/)',
@@ -144,9 +153,13 @@ export function chainsawInputFromPolicy(
       nodeName: facts.hostname,
       label: gatewayClass.killSwitch.nodeLabel,
       tunnelUnit: options['tunnelUnit'] ?? `wg-quick@${tunnel}.service`,
+      residentUnit: options['residentUnit'] ?? 'egressguard-gateway.service',
       egressGatewayPolicy: egressGatewayPolicyName(ir, gatewayClass),
       wanAddresses: uplinkAddresses,
-      tunnelExitAddresses: list(options['tunnelExit']),
+      tunnelExitAddresses:
+        options['tunnelExit'] === undefined
+          ? [...(exit?.addresses ?? [])]
+          : list(options['tunnelExit']),
     },
     echoUrl,
     requirements,

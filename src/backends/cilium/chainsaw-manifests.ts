@@ -65,6 +65,8 @@ export interface FaultJobSpec {
   readonly image: string;
   readonly action: 'stop' | 'start';
   readonly unit: string;
+  /** What the Job does, for its label: tunnel-stop, resident-start… */
+  readonly fault: string;
 }
 
 /**
@@ -73,7 +75,7 @@ export interface FaultJobSpec {
  * tunnel stops, and the restart Job must still land on that node.
  */
 export function buildFaultJob(spec: FaultJobSpec): object {
-  const labels = { ...MANAGED, 'egressguard.dev/fault': `tunnel-${spec.action}` };
+  const labels = { ...MANAGED, 'egressguard.dev/fault': spec.fault };
   return {
     apiVersion: 'batch/v1',
     kind: 'Job',
@@ -161,7 +163,9 @@ export function buildRunnerRbac(namespace: string, serviceAccount: string): obje
         },
         { apiGroups: [''], resources: ['pods/exec'], verbs: ['create', 'get'] },
         { apiGroups: [''], resources: ['pods/log', 'events'], verbs: ['get', 'list'] },
-        { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch'] },
+        // patch: the fault that keeps the gateway label on by hand while the tunnel is down.
+        { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] },
+        { apiGroups: ['cilium.io'], resources: ['ciliumnodes'], verbs: ['get', 'list', 'watch'] },
         {
           apiGroups: ['batch'],
           resources: ['jobs'],
@@ -221,15 +225,32 @@ export interface ProbeCommand {
   readonly port: number | undefined;
 }
 
-/** The in-pod test of a probe: true when the packet got through. */
+// A DNS query for the root's NS records, id 0x4567 with recursion desired (RFC 1035 §4.1): any
+// DNS server answers it, even with REFUSED, and an answer carries the id with the QR bit set.
+const DNS_QUERY =
+  '\\105\\147\\001\\000\\000\\001\\000\\000\\000\\000\\000\\000\\000\\000\\002\\000\\001';
+
+/** The in-pod test of a probe: true when the packet got through and was answered. */
 function probeTest(probe: ProbeCommand): string[] {
+  const port = String(probe.port);
+  if (probe.port === 53 && probe.proto !== 'icmp') {
+    // A real DNS query: a resolver never echoes a datagram. Over TCP with its length prefix.
+    // The query sits in a variable on a line without spaces (yamllint allows those at any length).
+    return [
+      `q='${probe.proto === 'udp' ? '' : '\\000\\021'}${DNS_QUERY}'`,
+      `reply=$(printf "$q" | nc ${probe.proto === 'udp' ? '-u ' : ''}-w 3 ${probe.to} 53 \\`,
+      "  | od -An -tx1 | tr -d ' \\n')",
+      `case "$reply" in ${probe.proto === 'udp' ? '' : '????'}4567[89a-f]*) ok=1 ;; *) ok=0 ;; esac`,
+      'if [ "$ok" = 1 ]; then',
+    ];
+  }
   switch (probe.proto) {
     case 'tcp':
-      return [`if nc -z -w 3 ${probe.to} ${String(probe.port)}; then`];
+      return [`if nc -z -w 3 ${probe.to} ${port}; then`];
     case 'udp':
-      // UDP has no handshake: the target must echo the datagram back (see the suite README).
+      // UDP has no handshake: the far side echoes the datagram (a control proves it does).
       return [
-        `reply=$(echo egressguard | nc -u -w 3 ${probe.to} ${String(probe.port)})`,
+        `reply=$(echo egressguard | nc -u -w 3 ${probe.to} ${port})`,
         'if [ "$reply" = egressguard ]; then',
       ];
     case 'icmp':
@@ -316,20 +337,31 @@ export function waitGatewayScript(
   labelValue: string,
   until: 'gone' | 'back',
   node: string,
+  resource: 'nodes' | 'ciliumnodes' = 'nodes',
 ): string {
+  // `-o name` prints node/NAME and ciliumnode.cilium.io/NAME.
+  const kind = resource === 'nodes' ? 'node' : 'ciliumnode.cilium.io';
   const done =
     until === 'gone'
-      ? '    [ -z "$nodes" ] && break'
-      : '    echo "$nodes" | grep -qx "node/$node" && break';
+      ? '    echo "$nodes" | grep -qx "$kind/$node" || break'
+      : '    echo "$nodes" | grep -qx "$kind/$node" && break';
   return lines(
-    ...assign({ selector: `${labelKey}=${labelValue}`, node }),
+    ...assign({ selector: `${labelKey}=${labelValue}`, node, kind }),
     'while :; do',
-    '  if nodes=$(kubectl get nodes -l "$selector" -o name); then',
+    `  if nodes=$(kubectl get ${resource} -l "$selector" -o name); then`,
     done,
     '  fi',
     '  sleep 1',
     'done',
     `echo egressguard-gateway=${until}`,
+  );
+}
+
+/** Puts the gateway label on the node by hand (the fault that keeps it while the tunnel is down). */
+export function labelNodeScript(labelKey: string, labelValue: string, node: string): string {
+  return lines(
+    ...assign({ label: `${labelKey}=${labelValue}`, node }),
+    'kubectl label node "$node" "$label" --overwrite',
   );
 }
 
@@ -340,6 +372,8 @@ export interface JobRun {
   readonly unit: string;
   readonly image: string;
   readonly action: 'stop' | 'start';
+  /** The Job's fault label (tunnel-stop, resident-start…). */
+  readonly fault: string;
 }
 
 /**
@@ -355,6 +389,7 @@ export function runJobScript(run: JobRun, toYaml: (manifest: object) => string):
     image: '${image}',
     action: run.action,
     unit: '${unit}',
+    fault: run.fault,
   });
   return lines(
     ...assign({

@@ -25,6 +25,7 @@ const INPUT: ChainsawSuiteInput = {
     nodeName: 'gw-1',
     label: { key: 'egressguard.dev/gateway', value: 'vpn' },
     tunnelUnit: 'wg-quick@tun0.service',
+    residentUnit: 'egressguard-gateway.service',
     egressGatewayPolicy: 'egressguard-vpn',
     wanAddresses: ['198.51.100.7', '2001:db8:ffff::7'],
     tunnelExitAddresses: ['203.0.113.50'],
@@ -188,7 +189,23 @@ describe('emitChainsawSuite', () => {
       t.spec.steps.flatMap((s) => scripts(s).flatMap((sc) => Object.keys(sc.check ?? {}))),
     );
     expect(keys.some((k) => k.startsWith('(contains('))).toBe(true);
-    expect(keys.some((k) => k.startsWith('(regex_match('))).toBe(true);
+    // regex_match() appears only in the weak check of a suite without --tunnel-exit.
+    const weak = tests(
+      emit({
+        ...INPUT,
+        gateway: { ...INPUT.gateway, tunnelExitAddresses: [] },
+        requirements: INPUT.requirements.map((r) => ({ ...r, safetyCritical: false })),
+      }),
+    );
+    expect(
+      weak.some((t) =>
+        t.spec.steps.some((s) =>
+          scripts(s).some((sc) =>
+            Object.keys(sc.check ?? {}).some((k) => k.startsWith('(regex_match(')),
+          ),
+        ),
+      ),
+    ).toBe(true);
     for (const key of keys)
       expect(key).toMatch(/^\((contains|regex_match)\(.*\)\)$|^\(\$error == null\)$/);
   });
@@ -202,35 +219,58 @@ describe('emitChainsawSuite', () => {
     }
   });
 
-  it('guards every fault step with a step-level finally that restarts the tunnel, waits, and re-applies the policy', () => {
+  it('guards every fault step with a step-level finally that restarts both units, waits for the label on the Node and the CiliumNode, and re-applies the policy', () => {
     const [l3] = tests(emit());
     const faultSteps =
       l3?.spec.steps.filter((s) =>
-        s.try.some((op) => op.script?.content.includes('tunnel-stop')),
+        s.try.some(
+          (op) =>
+            /-(stop)$/m.test(op.script?.content ?? '') ||
+            (op.script?.content ?? '').includes('fault: tunnel-stop') ||
+            (op.script?.content ?? '').includes('fault: resident-stop'),
+        ),
       ) ?? [];
-    expect(faultSteps).toHaveLength(1);
+    // One step per layer alone, and one with every layer.
+    expect(faultSteps.map((s) => s.name)).toEqual([
+      'R-NET-06 L3: tunnel down, the gateway label alone (the tunnel stays up)',
+      "R-NET-06 L3: tunnel down, the gateway node's routing alone (the label kept on by hand)",
+      'R-NET-06 L3: tunnel down, every layer (stop wg-quick@tun0.service with the resident running)',
+    ]);
     for (const step of faultSteps) {
       const restore = (step.finally ?? []).map((op) => op.script?.content ?? '');
       expect(step.finally?.every((op) => op.script !== undefined)).toBe(true);
-      const start = restore.findIndex((c) => c.includes('egressguard.dev/fault: tunnel-start'));
-      const back = restore.findIndex((c) => c.includes('echo egressguard-gateway=back'));
-      const reapply = restore.findIndex((c) =>
-        c.includes('kubectl annotate ciliumegressgatewaypolicy'),
-      );
-      expect(start).toBeGreaterThanOrEqual(0);
-      expect(restore[start]).toContain('wait --for=condition=complete');
-      expect(back).toBeGreaterThan(start);
-      expect(reapply).toBeGreaterThan(back);
+      const at = (text: string) => restore.findIndex((c) => c.includes(text));
+      const tunnel = at('egressguard.dev/fault: tunnel-start');
+      const resident = at('egressguard.dev/fault: resident-start');
+      const node = at('kubectl get nodes -l');
+      const ciliumNode = at('kubectl get ciliumnodes -l');
+      const reapply = at('kubectl annotate ciliumegressgatewaypolicy');
+      expect(tunnel).toBe(0);
+      expect(restore[tunnel]).toContain('wait --for=condition=complete');
+      expect(resident).toBeGreaterThan(tunnel);
+      expect(node).toBeGreaterThan(resident);
+      expect(ciliumNode).toBeGreaterThan(node);
+      expect(reapply).toBeGreaterThan(ciliumNode);
       // The annotation the resident writes too: one key, one domain.
       expect(restore[reapply]).toContain(`"${REAPPLIED_ANNOTATION}=$(date +%s)"`);
       expect(REAPPLIED_ANNOTATION).toBe('egressguard.dev/reapplied-at');
       // The fault is the first operation of its step: nothing can fail before the restore is armed.
-      expect(step.try[0]?.script?.content).toContain('tunnel-stop');
+      expect(step.try[0]?.script?.content).toMatch(/fault: (tunnel|resident)-stop/);
     }
+    // The label-alone step stops only the resident; the routing-alone one keeps the label by hand.
+    const [labelAlone, routingAlone] = faultSteps;
+    const contents = (step: Step | undefined) =>
+      (step?.try ?? []).map((op) => op.script?.content ?? '').join('\n');
+    expect(contents(labelAlone)).not.toContain('fault: tunnel-stop');
+    expect(contents(labelAlone)).toContain('kubectl get ciliumnodes -l');
+    expect(contents(routingAlone)).toContain('kubectl label node "$node" "$label" --overwrite');
+    expect(contents(routingAlone).indexOf('fault: tunnel-stop')).toBeGreaterThan(
+      contents(routingAlone).indexOf('kubectl label node'),
+    );
     // No fault outside a guarded step.
     for (const test of tests(emit())) {
       for (const step of test.spec.steps) {
-        if (step.try.some((op) => op.script?.content.includes('tunnel-stop')))
+        if (step.try.some((op) => /fault: (tunnel|resident)-stop/.test(op.script?.content ?? '')))
           expect(step.finally).toBeDefined();
       }
     }
@@ -255,28 +295,28 @@ describe('emitChainsawSuite', () => {
     ]);
   });
 
-  it('checks the egress source of a tunnel class: a tunnel exit and never the WAN address; nothing while down', () => {
+  it('checks the egress source of a tunnel class: the tunnel exit and nothing else; nothing while down', () => {
     const [l3] = tests(emit());
     const steps = l3?.spec.steps ?? [];
     const source = (step: Step | undefined) =>
       step?.try.find((op) => op.description?.includes('egress source'))?.script;
     const up = source(steps[1]);
-    const down = source(steps[2]);
-    const after = source(steps[3]);
+    const down = [source(steps[2]), source(steps[3]), source(steps[4])];
+    const after = source(steps[5]);
     expect(up?.content).toContain("url='http://203.0.113.10:8080/ip'");
     expect(up?.content).toContain('  198.51.100.7)\n    echo egressguard-source=wan ;;');
     expect(up?.content).toContain('  2001:db8:ffff::7)\n    echo egressguard-source=wan ;;');
+    // Positive: the answer is the tunnel exit (a site's NAT address is "other", and fails).
     expect(up?.check).toEqual({
       '($error == null)': true,
-      "(contains($stdout, 'egressguard-source=wan'))": false,
-      "(regex_match('egressguard-address=[0-9A-Fa-f.:]+', $stdout))": true,
       "(contains($stdout, 'egressguard-source=tunnel'))": true,
     });
-    expect(down?.check).toEqual({
-      '($error == null)': true,
-      "(contains($stdout, 'egressguard-source=wan'))": false,
-      "(contains($stdout, 'egressguard-source=none'))": true,
-    });
+    for (const d of down) {
+      expect(d?.check).toEqual({
+        '($error == null)': true,
+        "(contains($stdout, 'egressguard-source=none'))": true,
+      });
+    }
     expect(after?.check).toEqual(up?.check);
     // The LAN class does not use the tunnel: no source check.
     const [, l2] = tests(emit());
@@ -330,7 +370,10 @@ describe('emitChainsawSuite', () => {
       can('jobs', 'create'),
       can('ciliumegressgatewaypolicies', 'patch'),
     ]).toEqual([true, true, true]);
-    expect(can('nodes', 'patch')).toBe(false);
+    // The routing-alone fault keeps the label on by hand; the CiliumNode is read, never written.
+    expect(can('nodes', 'patch')).toBe(true);
+    expect(can('ciliumnodes', 'get')).toBe(true);
+    expect(can('ciliumnodes', 'patch')).toBe(false);
   });
 
   it('writes scripts that sh parses, and a restore that really sends a privileged Job pinned to the gateway node', () => {

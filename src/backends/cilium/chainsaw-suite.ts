@@ -8,6 +8,7 @@ import {
   buildRunnerRbac,
   gatewayScript,
   probeScript,
+  labelNodeScript,
   reapplyPolicyScript,
   runJobScript,
   sourceScript,
@@ -45,11 +46,17 @@ export interface ChainsawGateway {
   readonly label: { readonly key: string; readonly value: string };
   /** The systemd unit that runs the tunnel on the gateway node, e.g. wg-quick@tun0.service. */
   readonly tunnelUnit: string;
+  /** The systemd unit of egressguard's gateway resident there (egressguard-gateway.service). */
+  readonly residentUnit: string;
   /** The CiliumEgressGatewayPolicy to re-apply after the tunnel restarts. */
   readonly egressGatewayPolicy: string;
   /** What the echo service sees when traffic leaves by the site's uplink: never for a tunnel class. */
   readonly wanAddresses: readonly string[];
-  /** What the echo service sees through the tunnel; empty when unknown (then only "never WAN"). */
+  /**
+   * What the echo service sees through the tunnel: every answer to a tunnel class must be one of
+   * these. Required when a requirement is safety-critical; without it only "never the WAN address"
+   * is checked, which cannot see a leak by another address (a site's NAT).
+   */
   readonly tunnelExitAddresses: readonly string[];
 }
 
@@ -101,7 +108,8 @@ export type SuiteProblemCode =
   | 'missing-port'
   | 'no-probes'
   | 'safety-critical-below-l3'
-  | 'l3-without-fault';
+  | 'l3-without-fault'
+  | 'missing-tunnel-exit';
 
 /** A problem in the suite's input, as data. */
 export interface SuiteProblem {
@@ -242,6 +250,23 @@ export function checkChainsawSuiteInput(input: ChainsawSuiteInput): SuiteProblem
       'gateway.label',
       `Gateway label "${g.label.key}=${g.label.value}" is not a valid, non-empty Kubernetes label`,
     );
+  }
+  if (!UNIT.test(g.residentUnit)) {
+    report(
+      'unsafe-value',
+      'gateway.residentUnit',
+      `Resident unit "${g.residentUnit}" has characters a systemd unit name cannot have: give the unit's name, e.g. egressguard-gateway.service`,
+    );
+  }
+  if (g.tunnelExitAddresses.length === 0) {
+    const critical = input.requirements.find((r) => r.safetyCritical);
+    if (critical !== undefined) {
+      report(
+        'missing-tunnel-exit',
+        'gateway.tunnelExitAddresses',
+        `Requirement "${critical.id}" is safety-critical, and without the tunnel's exit addresses the suite can only check that an answer is not the WAN address, which a leak by another address passes: give --tunnel-exit (what the echo service sees through the tunnel)`,
+      );
+    }
   }
   if (!UNIT.test(g.tunnelUnit)) {
     report(
@@ -390,6 +415,18 @@ function toEmbeddedYaml(manifest: object): string {
   return stringify(manifest, { version: '1.1', lineWidth: 0, aliasDuplicateObjects: false });
 }
 
+/** A fault step: what breaks which layer, and what restores it. */
+interface FaultPlan {
+  /** The layer the step proves alone, for the step's name. */
+  readonly layer: string;
+  /** The operations that break it (the first one starts the fault). */
+  readonly breaks: object[];
+  /** What must hold before the probes run. */
+  readonly settled: object[];
+  /** The restore, in the step's finally. */
+  readonly restore: object[];
+}
+
 function planTest(
   input: ChainsawSuiteInput,
   r: ChainsawRequirement,
@@ -407,6 +444,11 @@ function planTest(
   const tunnelClasses = used.filter((c) => c.viaTunnel);
   const up = r.probes.filter((p) => p.tunnel === 'up');
   const down = r.probes.filter((p) => p.tunnel === 'down');
+  // UDP probes other than DNS need the far side to echo: a pod of no class sends the same
+  // datagram first, so a target that echoes nothing fails the test instead of passing a deny.
+  const echoed = r.probes.filter((p) => p.proto === 'udp' && p.port !== 53);
+  const controlPod = dnsName('eg', name, 'control');
+  const controlFile = 'control.yaml';
 
   const probeOps = (probes: readonly ChainsawProbe[]) =>
     probes.map((p) => {
@@ -422,6 +464,16 @@ function planTest(
         },
       );
     });
+  const controlOps = (probes: readonly ChainsawProbe[]) =>
+    [...new Map(probes.map((p) => [`${p.to}/${String(p.port)}`, p])).values()].map((p) =>
+      script(
+        `${tag} control: ${p.to} udp/${String(p.port)} echoes a datagram to a pod of no class`,
+        probeScript(faultNamespace, controlPod, { to: p.to, proto: 'udp', port: p.port }),
+        TIMEOUT.probe,
+        { '($error == null)': true, "(contains($stdout, 'egressguard-probe=allow'))": true },
+      ),
+    );
+  const positive = g.tunnelExitAddresses.length > 0;
   const sourceOps = (tunnel: 'up' | 'down') =>
     tunnelClasses.map((c) => {
       const content = sourceScript(c.namespace, podOf(c), {
@@ -429,21 +481,24 @@ function planTest(
         wanAddresses: g.wanAddresses,
         tunnelExitAddresses: g.tunnelExitAddresses,
       });
-      const check: Check = {
-        '($error == null)': true,
-        // The incident's invariant: a tunnel class never leaves as the WAN address.
-        "(contains($stdout, 'egressguard-source=wan'))": false,
-      };
-      if (tunnel === 'up') {
-        check["(regex_match('egressguard-address=[0-9A-Fa-f.:]+', $stdout))"] = true;
-        if (g.tunnelExitAddresses.length > 0)
-          check["(contains($stdout, 'egressguard-source=tunnel'))"] = true;
-      } else {
-        // Fail closed: with the tunnel down nothing answers at all.
+      const check: Check = { '($error == null)': true };
+      if (tunnel === 'down') {
+        // Fail closed: with the layer broken, nothing answers at all.
         check["(contains($stdout, 'egressguard-source=none'))"] = true;
+      } else if (positive) {
+        // The rule: the answer came from the tunnel's exit, and from nothing else.
+        check["(contains($stdout, 'egressguard-source=tunnel'))"] = true;
+      } else {
+        // Weak: only "not the WAN address" (no --tunnel-exit); a leak by another address passes.
+        check["(regex_match('egressguard-address=[0-9A-Fa-f.:]+', $stdout))"] = true;
+        check["(contains($stdout, 'egressguard-source=wan'))"] = false;
       }
       const expectation =
-        tunnel === 'up' ? 'a tunnel exit, never the WAN address' : 'no answer at all';
+        tunnel === 'down'
+          ? 'no answer at all'
+          : positive
+            ? 'the tunnel exit'
+            : 'an answer, not the WAN address (no --tunnel-exit given)';
       return script(
         `${tag} egress source of ${c.name}: ${expectation}`,
         content,
@@ -463,7 +518,27 @@ function planTest(
       }),
     ]),
   }));
+  if (echoed.length > 0) {
+    files.push({
+      path: `${name}/${controlFile}`,
+      content: toYaml([
+        buildProbePod({
+          name: controlPod,
+          namespace: faultNamespace,
+          labels: { 'egressguard.dev/control': 'true' },
+          image: input.probeImage ?? DEFAULT_PROBE_IMAGE,
+        }),
+      ]),
+    });
+  }
 
+  const label = (until: 'gone' | 'back', where: 'nodes' | 'ciliumnodes', restore = false) =>
+    script(
+      `${restore ? 'Restore: the' : 'The'} gateway label ${until === 'gone' ? 'leaves' : 'returns to'} ${where === 'nodes' ? 'the Node' : 'the CiliumNode (what the egress gateway reads)'} ${g.nodeName}`,
+      waitGatewayScript(g.label.key, g.label.value, until, g.nodeName, where),
+      until === 'gone' ? TIMEOUT.gatewayGone : TIMEOUT.gatewayBack,
+      { '($error == null)': true },
+    );
   const steps: object[] = [
     {
       name: `${tag}: probe pods and the gateway precondition`,
@@ -472,15 +547,23 @@ function planTest(
           description: `Probe pod of class ${c.name} in namespace ${c.namespace}`,
           apply: { file: probeFile(c), timeout: TIMEOUT.apply },
         })),
-        ...used.map((c) =>
-          script(
-            `Wait for the ${c.name} probe pod`,
-            waitPodReadyScript(c.namespace, podOf(c)),
-            TIMEOUT.podReady,
-            {
-              '($error == null)': true,
-            },
-          ),
+        ...(echoed.length > 0
+          ? [
+              {
+                description: `Control pod of no class in namespace ${faultNamespace}`,
+                apply: { file: controlFile, timeout: TIMEOUT.apply },
+              },
+            ]
+          : []),
+        ...[
+          ...used.map((c) => ({ ns: c.namespace, pod: podOf(c), what: `the ${c.name} probe pod` })),
+          ...(echoed.length > 0
+            ? [{ ns: faultNamespace, pod: controlPod, what: 'the control pod' }]
+            : []),
+        ].map((x) =>
+          script(`Wait for ${x.what}`, waitPodReadyScript(x.ns, x.pod), TIMEOUT.podReady, {
+            '($error == null)': true,
+          }),
         ),
         script(
           `Gateway node ${g.nodeName} carries ${g.label.key}=${g.label.value}`,
@@ -491,63 +574,107 @@ function planTest(
             "(contains($stdout, 'egressguard-gateway=present'))": true,
           },
         ),
+        label('back', 'ciliumnodes'),
       ],
     },
   ];
   if (up.length > 0 || tunnelClasses.length > 0) {
-    steps.push({ name: `${tag}: tunnel up`, try: [...probeOps(up), ...sourceOps('up')] });
+    steps.push({
+      name: `${tag}: tunnel up`,
+      try: [...controlOps(echoed), ...probeOps(up), ...sourceOps('up')],
+    });
   }
   if (down.length > 0) {
     // One name per action: fault tests never run concurrently, and each run replaces the Job.
-    const job = (action: 'stop' | 'start') =>
-      runJobScript(
-        {
-          namespace: faultNamespace,
-          job: `egressguard-tunnel-${action}`,
-          node: g.nodeName,
-          unit: g.tunnelUnit,
-          image: input.faultImage ?? DEFAULT_FAULT_IMAGE,
-          action,
-        },
-        toEmbeddedYaml,
+    const job = (unit: 'tunnel' | 'resident', action: 'stop' | 'start') =>
+      script(
+        `${action === 'start' ? 'Restore: start' : 'Stop'} ${unit === 'tunnel' ? g.tunnelUnit : g.residentUnit} on ${g.nodeName}`,
+        runJobScript(
+          {
+            namespace: faultNamespace,
+            job: `egressguard-${unit}-${action}`,
+            node: g.nodeName,
+            unit: unit === 'tunnel' ? g.tunnelUnit : g.residentUnit,
+            image: input.faultImage ?? DEFAULT_FAULT_IMAGE,
+            action,
+            fault: `${unit}-${action}`,
+          },
+          toEmbeddedYaml,
+        ),
+        TIMEOUT.job,
+        { '($error == null)': true },
       );
+    const reapply = script(
+      `Restore: re-apply ${g.egressGatewayPolicy} (Cilium keeps the old egress IP until then)`,
+      reapplyPolicyScript(g.egressGatewayPolicy),
+      TIMEOUT.reapply,
+      { '($error == null)': true },
+    );
+    // Every restore brings both units back and waits for the label on the Node and on the
+    // CiliumNode: whichever fault ran, the next step starts from a working gateway.
+    const restore = [
+      job('tunnel', 'start'),
+      job('resident', 'start'),
+      label('back', 'nodes', true),
+      label('back', 'ciliumnodes', true),
+      reapply,
+    ];
+    const faults: FaultPlan[] = [
+      {
+        // The resident takes the label off as it stops (SIGTERM) and nothing puts it back: the
+        // tunnel and the node's routing stay up, so only the missing label can stop the class.
+        layer: 'the gateway label alone (the tunnel stays up)',
+        breaks: [job('resident', 'stop')],
+        settled: [label('gone', 'nodes'), label('gone', 'ciliumnodes')],
+        restore,
+      },
+      {
+        // The label back by hand with the resident stopped, then the tunnel down: only the
+        // gateway node's routing (its rule for the SNAT address and the blackhole) can drop.
+        layer: "the gateway node's routing alone (the label kept on by hand)",
+        breaks: [
+          job('resident', 'stop'),
+          script(
+            `Keep ${g.label.key}=${g.label.value} on ${g.nodeName} by hand`,
+            labelNodeScript(g.label.key, g.label.value, g.nodeName),
+            TIMEOUT.apply,
+            { '($error == null)': true },
+          ),
+          label('back', 'ciliumnodes'),
+          {
+            ...(reapply as { description: string }),
+            description: `Re-apply ${g.egressGatewayPolicy} with the tunnel up`,
+          },
+          job('tunnel', 'stop'),
+        ],
+        settled: [],
+        restore,
+      },
+      {
+        // The field's fault: the tunnel stops with the resident running; every layer acts.
+        layer: `every layer (stop ${g.tunnelUnit} with the resident running)`,
+        breaks: [job('tunnel', 'stop')],
+        settled: [label('gone', 'nodes'), label('gone', 'ciliumnodes')],
+        restore,
+      },
+    ];
+    for (const fault of faults) {
+      steps.push({
+        name: `${tag}: tunnel down, ${fault.layer}`,
+        try: [
+          ...fault.breaks,
+          ...fault.settled,
+          ...controlOps(echoed),
+          ...probeOps(down),
+          ...sourceOps('down'),
+        ],
+        // The restore runs whatever happened in try: it was registered before the fault began.
+        finally: fault.restore,
+      });
+    }
     steps.push({
-      name: `${tag}: tunnel down (fault: stop ${g.tunnelUnit} on ${g.nodeName})`,
-      try: [
-        script(`Stop ${g.tunnelUnit} on ${g.nodeName}`, job('stop'), TIMEOUT.job, {
-          '($error == null)': true,
-        }),
-        script(
-          `The gateway label leaves ${g.nodeName} (Cilium then drops: DROP_NO_EGRESS_GATEWAY)`,
-          waitGatewayScript(g.label.key, g.label.value, 'gone', g.nodeName),
-          TIMEOUT.gatewayGone,
-          { '($error == null)': true },
-        ),
-        ...probeOps(down),
-        ...sourceOps('down'),
-      ],
-      // The restore runs whatever happened in try: it was registered before the fault began.
-      finally: [
-        script(`Restore: start ${g.tunnelUnit} on ${g.nodeName}`, job('start'), TIMEOUT.job, {
-          '($error == null)': true,
-        }),
-        script(
-          `Restore: the gateway label returns to ${g.nodeName}`,
-          waitGatewayScript(g.label.key, g.label.value, 'back', g.nodeName),
-          TIMEOUT.gatewayBack,
-          { '($error == null)': true },
-        ),
-        script(
-          `Restore: re-apply ${g.egressGatewayPolicy} (Cilium keeps the old egress IP until then)`,
-          reapplyPolicyScript(g.egressGatewayPolicy),
-          TIMEOUT.reapply,
-          { '($error == null)': true },
-        ),
-      ],
-    });
-    steps.push({
-      name: `${tag}: after the tunnel restart`,
-      try: [...probeOps(up), ...sourceOps('up')],
+      name: `${tag}: after the faults`,
+      try: [...controlOps(echoed), ...probeOps(up), ...sourceOps('up')],
     });
   }
 
@@ -604,9 +731,13 @@ function readme(
     'chainsaw test --test-dir .',
     '```',
     '',
-    'Tests that stop the tunnel run alone (`concurrent: false`). The restart, the wait for the',
-    "gateway label and the re-apply of the egress gateway policy sit in the fault step's `finally`,",
-    'so they run whatever happens.',
+    'Tests with faults run alone (`concurrent: false`). Each fault breaks one layer: the gateway',
+    'label alone (the resident stopped, the tunnel up), the gateway node routing alone (the label',
+    'kept on by hand, the resident stopped, the tunnel down), and then every layer (the tunnel',
+    'stopped with the resident running). Before probing, each waits until the CiliumNode (what',
+    "Cilium's egress gateway reads) carries the change. The restore (both units started, the label",
+    'back on the Node and the CiliumNode, the egress gateway policy re-applied) sits in the fault',
+    "step's `finally`, so it runs whatever happens.",
     '',
     '## Tests',
     '',
@@ -622,8 +753,15 @@ function readme(
     '',
     '## Assumptions',
     '',
-    `- \`${input.echoUrl}\` answers an HTTP GET with the client address it sees, as plain text.`,
-    '- UDP probes need the target to echo the datagram back.',
+    `- \`${input.echoUrl}\` answers an HTTP GET with the client address it sees, as plain text;`,
+    input.gateway.tunnelExitAddresses.length > 0
+      ? `  every answer to a tunnel class must be the tunnel exit (${input.gateway.tunnelExitAddresses.join(', ')}).`
+      : '  without --tunnel-exit an answer is only checked not to be the WAN address (weak).',
+    '- Probes to port 53 send a real DNS query and pass on any DNS answer.',
+    '- Other UDP probes need the target to echo the datagram back: a pod of no class sends it',
+    '  first (the control), so a target that does not echo fails the test.',
+    `- The gateway node runs the tunnel as \`${input.gateway.tunnelUnit}\` and egressguard's`,
+    `  resident as \`${input.gateway.residentUnit}\`.`,
     '- The probe image has `nc` (with `-z`, `-u`, `-w`), `wget` and `ping`; the fault image has',
     '  `nsenter`. Both default to busybox.',
     '',

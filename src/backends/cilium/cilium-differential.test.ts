@@ -32,9 +32,17 @@ import {
   type ModelNode,
   type ModelPod,
   type ModelProtocol,
-  type ModelService,
 } from './cilium-model.js';
-import type { ModelNodeNetwork, ModelRoute, ModelRule } from './node-routing-model.js';
+import {
+  API_SERVICE,
+  DNS_POD,
+  DNS_SERVICE,
+  gatewayLabels,
+  gatewayNetwork,
+  type Steering,
+  WORKER_IP,
+  workerNode,
+} from './model-cluster.js';
 
 /*
  * The differential test of the cilium backend: for every example with Kubernetes classes, the
@@ -46,7 +54,6 @@ import type { ModelNodeNetwork, ModelRoute, ModelRule } from './node-routing-mod
 
 const VALID = fileURLToPath(new URL('../../../testdata/policies/valid', import.meta.url));
 const PACKETS = 2500;
-const WORKER_IP = '192.168.1.22';
 // The model knows these four; the compiler's pieces for other protocols (GRE, ESP) are written
 // as an L3 allow or deny without ports, which the model checks through TCP and UDP alike.
 const PROTOCOLS = ['tcp', 'udp', 'icmp', 132] as const;
@@ -67,76 +74,6 @@ function examplesWithPods(): Example[] {
       const facts = readHostFacts(join(dir, 'facts.json'));
       return [{ name, ir: lowerForHost(parsed.policy, facts), facts }];
     });
-}
-
-interface Steering {
-  rules: { family: 4 | 6; from: string; table: number; priority: number }[];
-  routes: {
-    family: 4 | 6;
-    table: number;
-    type: string;
-    destination: string;
-    device?: string;
-    metric: number;
-  }[];
-}
-
-/** The gateway node as the model sees it: the facts' devices and routes plus our steering. */
-function gatewayNetwork(
-  facts: HostFacts,
-  steering: Steering | undefined,
-  tunnels: readonly string[],
-  state: 'up' | 'down',
-): ModelNodeNetwork {
-  const devices = facts.interfaces
-    // Tunnel down = deleted: its device, addresses and routes are gone.
-    .filter((i) => state === 'up' || !tunnels.includes(i.name))
-    .map((i) => ({ name: i.name, up: i.up, addresses: [...i.addresses] }));
-  const main: ModelRoute[] = facts.routes.map((r) => ({
-    to:
-      r.destination === 'default'
-        ? r.gateway?.includes(':') === true
-          ? '::/0'
-          : '0.0.0.0/0'
-        : r.destination,
-    dev: r.interface,
-  }));
-  const tables: Record<string, ModelRoute[]> = { main };
-  // Routes sorted by metric: the model takes the first of equal prefixes, the kernel the lowest metric.
-  // `throw` routes are left out: they only matter for excepted destinations, which the egress
-  // gateway does not steer.
-  for (const route of [...(steering?.routes ?? [])].sort((a, b) => a.metric - b.metric)) {
-    if (route.type === 'throw') continue;
-    const list = (tables[String(route.table)] ??= []);
-    list.push(
-      route.type === 'unicast'
-        ? { to: route.destination, dev: route.device ?? '' }
-        : { to: route.destination, type: route.type as 'blackhole' },
-    );
-  }
-  const rules: ModelRule[] = (steering?.rules ?? []).map((r) => ({
-    priority: r.priority,
-    from: r.from,
-    table: String(r.table),
-  }));
-  return { devices, tables, rules };
-}
-
-function workerNode(): ModelNode {
-  return {
-    name: 'k3s-worker-1',
-    labels: { 'kubernetes.io/hostname': 'k3s-worker-1' },
-    internalIPs: [WORKER_IP],
-    network: {
-      devices: [{ name: 'eth0', up: true, addresses: [`${WORKER_IP}/24`] }],
-      tables: {
-        main: [
-          { to: '192.168.1.0/24', dev: 'eth0' },
-          { to: '0.0.0.0/0', dev: 'eth0' },
-        ],
-      },
-    },
-  };
 }
 
 /**
@@ -161,40 +98,6 @@ function podsFor(classes: readonly HostPodClassIR[], gateway: string): ModelPod[
     },
     { ...DNS_POD, node: gateway },
   ];
-}
-
-// k3s's cluster DNS: CoreDNS behind the ClusterIP 10.43.0.10.
-const DNS_POD = {
-  name: 'coredns',
-  namespace: 'kube-system',
-  labels: { 'k8s-app': 'kube-dns' },
-  ips: ['10.42.0.5'],
-};
-const DNS_SERVICE: ModelService = {
-  name: 'kube-dns',
-  namespace: 'kube-system',
-  clusterIPs: ['10.43.0.10'],
-  ports: [
-    { protocol: 'udp', port: 53, targetPort: 53 },
-    { protocol: 'tcp', port: 53, targetPort: 53 },
-  ],
-  backends: DNS_POD.ips,
-};
-// The API server runs on the gateway node (a k3s server): its service's backend is a node.
-const API_SERVICE = (gatewayIp: string): ModelService => ({
-  name: 'kubernetes',
-  namespace: 'default',
-  clusterIPs: ['10.43.0.1'],
-  ports: [{ protocol: 'tcp', port: 443, targetPort: 6443 }],
-  backends: [gatewayIp],
-});
-
-function gatewayLabels(ir: HostIR): Record<string, string> {
-  const labels: Record<string, string> = {};
-  for (const c of ir.podClasses) {
-    if (c.killSwitch !== null) labels[c.killSwitch.nodeLabel.key] = c.killSwitch.nodeLabel.value;
-  }
-  return labels;
 }
 
 interface Compiled {

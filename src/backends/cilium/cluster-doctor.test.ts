@@ -10,6 +10,7 @@ import {
   type ModelResource,
   type Verb,
 } from './kube-api-model.js';
+import type { JsonValue } from './json-patch.js';
 
 // doctor --k8s through the front door: the cluster support reads kube-system/cilium-config and
 // the cilium DaemonSet from the MODEL of the API server (kube-api-model.ts) with
@@ -23,7 +24,7 @@ afterAll(() => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** The doctor Role's rules, as written in deploy/kubernetes/rbac.yaml. */
+/** The doctor Role's and ClusterRole's rules, as written in deploy/kubernetes/rbac.yaml. */
 function doctorRules(): AccessRule[] {
   const text = readFileSync(
     new URL('../../../deploy/kubernetes/rbac.yaml', import.meta.url),
@@ -38,16 +39,36 @@ function doctorRules(): AccessRule[] {
           rules?: { resources: string[]; verbs: string[]; resourceNames?: string[] }[];
         },
     )
-    .find((d) => d.kind === 'Role' && d.metadata?.name === 'egressguard-doctor');
-  return (role?.rules ?? []).flatMap((rule) =>
-    rule.resources.map((resource) => ({
-      verbs: rule.verbs as Verb[],
-      resource: resource as ModelResource,
-      namespace: role?.metadata?.namespace ?? '',
-      ...(rule.resourceNames === undefined ? {} : { resourceNames: rule.resourceNames }),
-    })),
+    .filter(
+      (d) =>
+        (d.kind === 'Role' || d.kind === 'ClusterRole') &&
+        d.metadata?.name === 'egressguard-doctor',
+    );
+  return role.flatMap((r) =>
+    (r.rules ?? []).flatMap((rule) =>
+      rule.resources.map((resource) => ({
+        verbs: rule.verbs as Verb[],
+        resource: resource as ModelResource,
+        ...(r.metadata?.namespace === undefined ? {} : { namespace: r.metadata.namespace }),
+        ...(rule.resourceNames === undefined ? {} : { resourceNames: rule.resourceNames }),
+      })),
+    ),
   );
 }
+
+// The example's compiled egress gateway policies and its gateway node, carrying its label.
+const COMPILED = parseAllDocuments(
+  readFileSync(
+    new URL(
+      '../../../testdata/policies/valid/k3s-vpn-egress/expected.cilium.manifests.yaml',
+      import.meta.url,
+    ),
+    'utf8',
+  ),
+)
+  .map((d) => d.toJS() as JsonValue & { kind: string; metadata: { name: string } })
+  .filter((m) => m.kind === 'CiliumEgressGatewayPolicy');
+const GATEWAY = { name: 'k3s-gw-1', labels: { 'egressguard.dev/gateway-vpn': 'up' } };
 
 const GOOD_CONFIG = {
   'enable-ipv4-egress-gateway': 'true',
@@ -56,15 +77,21 @@ const GOOD_CONFIG = {
   'identity-allocation-mode': 'crd',
   'cluster-id': '0',
   'cluster-name': 'default',
+  devices: 'eth0 tun0',
 };
 
 async function diagnoseWith(options: {
   config?: Record<string, string> | undefined;
   image?: string;
   rules?: AccessRule[];
+  policies?: JsonValue[];
+  ciliumNodes?: { name: string; labels: Record<string, string> }[];
 }) {
   const model = await startKubeApiModel({
     users: [{ name: 'doctor', token: 'doctor-token', rules: options.rules ?? doctorRules() }],
+    nodes: [GATEWAY, { name: 'k3s-worker-1' }],
+    egressGatewayPolicies: options.policies ?? COMPILED,
+    ...(options.ciliumNodes === undefined ? {} : { ciliumNodes: options.ciliumNodes }),
     configMaps:
       options.config === undefined
         ? []
@@ -107,10 +134,13 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'BPF (when the kernel allows)',
       'ok',
     ]);
-    // Exactly the two reads the doctor Role grants, both allowed.
+    // Exactly the reads the doctor Role and ClusterRole grant, all allowed.
     expect(requests.map((r) => `${r.verb} ${r.path} ${r.status}`).sort()).toEqual([
       'get /api/v1/namespaces/kube-system/configmaps/cilium-config 200',
       'get /apis/apps/v1/namespaces/kube-system/daemonsets/cilium 200',
+      'list /api/v1/nodes 200',
+      'list /apis/cilium.io/v2/ciliumegressgatewaypolicies 200',
+      'list /apis/cilium.io/v2/ciliumnodes 200',
     ]);
   });
 
@@ -135,6 +165,7 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'cluster-mesh-in-use',
       'endpoint-slice-enabled',
       'cilium-version-unsupported',
+      'devices-auto-detected',
     ]);
     const message = (code: string) => report.findings.find((f) => f.code === code)?.message;
     expect(message('bpf-masquerade-disabled')).toContain('enable-bpf-masquerade is not set');
@@ -154,8 +185,68 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
     expect(codes(missing.report)).toEqual(['cilium-config-unreadable']);
     expect(missing.report.findings[0]?.message).toContain('configmaps "cilium-config" not found');
     const forbidden = await diagnoseWith({ config: GOOD_CONFIG, rules: [] });
-    expect(codes(forbidden.report)).toEqual(['cilium-config-unreadable', 'cilium-version-unknown']);
+    expect(codes(forbidden.report)).toEqual([
+      'cilium-config-unreadable',
+      'cilium-version-unknown',
+      'cluster-list-unreadable',
+      'cluster-list-unreadable',
+    ]);
     expect(forbidden.report.findings[0]?.message).toContain('HTTP 403');
+  });
+
+  it("checks that the agent's devices cover the egress gateway's interface", async () => {
+    const { report } = await diagnoseWith({ config: { ...GOOD_CONFIG, devices: 'eth0' } });
+    expect(codes(report)).toEqual(['egress-interface-not-in-devices']);
+    expect(report.findings.find((f) => f.severity === 'error')?.hint).toContain(
+      "devices='eth0 tun0'",
+    );
+    const wildcard = await diagnoseWith({ config: { ...GOOD_CONFIG, devices: 'eth+,tun+' } });
+    expect(codes(wildcard.report)).toEqual([]);
+    const unset: Record<string, string> = { ...GOOD_CONFIG };
+    Reflect.deleteProperty(unset, 'devices');
+    expect(codes((await diagnoseWith({ config: unset })).report)).toEqual([
+      'devices-auto-detected',
+    ]);
+  });
+
+  it('finds a CiliumNode that still carries a gateway label its Node lost (the egress gateway reads the CiliumNode)', async () => {
+    // The gateway's CiliumNode lost the label its Node has; the worker's kept one its Node lost.
+    const stale = await diagnoseWith({
+      config: GOOD_CONFIG,
+      ciliumNodes: [
+        { name: 'k3s-gw-1', labels: { 'kubernetes.io/hostname': 'k3s-gw-1' } },
+        {
+          name: 'k3s-worker-1',
+          labels: { 'kubernetes.io/hostname': 'k3s-worker-1', 'egressguard.dev/gateway-vpn': 'up' },
+        },
+      ],
+    });
+    expect(codes(stale.report)).toEqual([
+      'ciliumnode-gateway-label-differs',
+      'ciliumnode-gateway-label-differs',
+    ]);
+  });
+
+  it('finds a missing backstop and a steering policy Cilium refuses', async () => {
+    const [steering, backstop] = COMPILED as unknown as [
+      { spec: { egressGateway: Record<string, unknown> } } & Record<string, JsonValue>,
+      JsonValue,
+    ];
+    expect(
+      codes((await diagnoseWith({ config: GOOD_CONFIG, policies: [steering] })).report),
+    ).toEqual(['backstop-policy-missing']);
+    const refused = {
+      ...steering,
+      spec: {
+        ...steering.spec,
+        egressGateway: { ...steering.spec.egressGateway, egressIP: '10.200.0.2' },
+      },
+    };
+    const { report } = await diagnoseWith({ config: GOOD_CONFIG, policies: [refused, backstop] });
+    expect(codes(report)).toEqual(['egress-policy-refused']);
+    expect(report.findings.find((f) => f.code === 'egress-policy-refused')?.message).toContain(
+      'both interface and egressIP',
+    );
   });
 
   it('prints the checklist without credentials, reading nothing', async () => {

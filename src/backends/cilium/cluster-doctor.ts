@@ -1,4 +1,6 @@
 import type { DoctorFinding, DoctorReport, DoctorSeverity } from '../backend.js';
+import { ROLE_LABEL } from './cilium-compiler.js';
+import type { EgressGatewayPolicyObject, NamedLabels } from './kube-client.js';
 import {
   SUPPORTED_CILIUM_VERSIONS,
   formatCiliumVersion,
@@ -19,7 +21,13 @@ export interface ClusterSnapshot {
   readonly config: { readonly data: Readonly<Record<string, string>> } | { readonly error: string };
   /** The cilium DaemonSet's images, or why they could not be read. */
   readonly images: { readonly data: readonly string[] } | { readonly error: string };
+  /** Every Node's and CiliumNode's labels, and the egress gateway policies (absent: not read). */
+  readonly nodes?: Readable<readonly NamedLabels[]>;
+  readonly ciliumNodes?: Readable<readonly NamedLabels[]>;
+  readonly egressPolicies?: Readable<readonly EgressGatewayPolicyObject[]>;
 }
+
+type Readable<T> = { readonly data: T } | { readonly error: string };
 
 interface Check {
   /** The finding's code when it does not hold. */
@@ -239,10 +247,147 @@ export function diagnoseCluster(snapshot: ClusterSnapshot): DoctorReport {
       }
     }
   }
+  findings.push(...diagnoseEgressGateway(snapshot));
   findings.push(HOST_ROUTING_NOTE);
   return report(findings, [
     { title: 'Read from the cluster', header: ['requirement', 'seen', 'verdict'], rows },
   ]);
+}
+
+/** Whether Cilium's `devices` option names an interface: by name, or by a prefix ending in "+". */
+function devicesCover(devices: readonly string[], iface: string): boolean {
+  return devices.some((d) => (d.endsWith('+') ? iface.startsWith(d.slice(0, -1)) : d === iface));
+}
+
+const GATEWAY_LABEL_PREFIX = 'egressguard.dev/gateway-';
+
+/**
+ * egressguard's own egress gateway objects on the cluster: each tunnel class's steering and
+ * backstop policies present and accepted by Cilium, the tunnel interface among the agent's
+ * `devices`, and every CiliumNode carrying its Node's labels (Cilium's egress gateway selects
+ * gateways by CiliumNode: manager.go handleNodeEvent; the node's own agent copies the Node's
+ * labels there, daemon/cmd/local_node_sync.go and pkg/nodediscovery mutateNodeResource).
+ */
+function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
+  const findings: DoctorFinding[] = [];
+  const unreadable = (what: string, read: Readable<unknown> | undefined): boolean => {
+    if (read === undefined || !('error' in read)) return read === undefined;
+    findings.push(
+      finding(
+        'warning',
+        'egress-gateway',
+        'cluster-list-unreadable',
+        `${read.error}: ${what} not checked`,
+        'grant the doctor the ClusterRole egressguard-doctor of deploy/kubernetes/rbac.yaml',
+      ),
+    );
+    return true;
+  };
+  const policies = snapshot.egressPolicies;
+  if (
+    !unreadable('the egress gateway policies', policies) &&
+    policies !== undefined &&
+    'data' in policies
+  ) {
+    const ours = policies.data.filter(
+      (p) => p.labels['app.kubernetes.io/managed-by'] === 'egressguard',
+    );
+    const classes = new Map<string, EgressGatewayPolicyObject[]>();
+    for (const p of ours) {
+      const key = `${p.labels['egressguard.dev/policy'] ?? '?'}/${p.labels['egressguard.dev/class'] ?? '?'}`;
+      classes.set(key, [...(classes.get(key) ?? []), p]);
+    }
+    for (const [key, list] of classes) {
+      for (const role of ['steering', 'backstop']) {
+        if (!list.some((p) => p.labels[ROLE_LABEL] === role)) {
+          findings.push(
+            finding(
+              'error',
+              'egress-gateway',
+              `${role}-policy-missing`,
+              `Class ${key} has no ${role} egress gateway policy: ${role === 'steering' ? 'its pods are dropped by the backstop (no egress at all)' : 'a deleted or refused steering policy would let its pods leave unsteered'}`,
+              "re-apply egressguard's compiled manifests.yaml",
+            ),
+          );
+        }
+      }
+    }
+    for (const p of ours) {
+      if (p.refused !== undefined) {
+        findings.push(
+          finding(
+            'error',
+            'egress-gateway',
+            'egress-policy-refused',
+            `Cilium refuses egress gateway policy "${p.name}" (${p.refused}): it keeps the last version it accepted, or none`,
+            "re-apply egressguard's compiled manifests.yaml; never edit them by hand",
+          ),
+        );
+      }
+    }
+    const config = 'data' in snapshot.config ? snapshot.config.data : undefined;
+    const interfaces = [
+      ...new Set(ours.flatMap((p) => (p.interface === undefined ? [] : [p.interface]))),
+    ];
+    const devicesText = config?.['devices'];
+    if (config !== undefined && interfaces.length > 0) {
+      // EGW doc: "the user must ensure that Cilium is running on the device that has the egress IP
+      // assigned to it, by setting the --devices agent option accordingly".
+      if (devicesText === undefined || devicesText.trim() === '') {
+        findings.push(
+          finding(
+            'warning',
+            'egress-gateway',
+            'devices-auto-detected',
+            `devices is not set: Cilium picks its devices itself, and must run on ${interfaces.map((i) => `"${i}"`).join(', ')} (the egress gateway's interface)`,
+            `check that \`cilium status\` on the gateway node lists it, or set Helm --set devices='<uplink> ${interfaces.join(' ')}'`,
+          ),
+        );
+      } else {
+        const devices = devicesText.split(/[\s,]+/).filter((d) => d !== '');
+        for (const iface of interfaces.filter((i) => !devicesCover(devices, i))) {
+          findings.push(
+            finding(
+              'error',
+              'egress-gateway',
+              'egress-interface-not-in-devices',
+              `Not met: the egress gateway's interface "${iface}" is among Cilium's devices (devices: "${devicesText}")`,
+              `Helm: --set devices='${[...devices, iface].join(' ')}', then restart the cilium DaemonSet`,
+            ),
+          );
+        }
+      }
+    }
+  }
+  const nodes = snapshot.nodes;
+  const ciliumNodes = snapshot.ciliumNodes;
+  if (
+    !unreadable('the Node labels', nodes) &&
+    !unreadable('the CiliumNode labels', ciliumNodes) &&
+    nodes !== undefined &&
+    'data' in nodes &&
+    ciliumNodes !== undefined &&
+    'data' in ciliumNodes
+  ) {
+    for (const node of nodes.data) {
+      const cilium = ciliumNodes.data.find((c) => c.name === node.name);
+      if (cilium === undefined) continue;
+      const keys = new Set([...Object.keys(node.labels), ...Object.keys(cilium.labels)]);
+      const differ = [...keys].filter((k) => node.labels[k] !== cilium.labels[k]).sort();
+      if (differ.length === 0) continue;
+      const gateway = differ.some((k) => k.startsWith(GATEWAY_LABEL_PREFIX));
+      findings.push(
+        finding(
+          gateway ? 'error' : 'warning',
+          'egress-gateway',
+          gateway ? 'ciliumnode-gateway-label-differs' : 'ciliumnode-labels-differ',
+          `The CiliumNode of node "${node.name}" does not carry its Node's labels (${differ.map((k) => `${k}: Node "${node.labels[k] ?? '(none)'}", CiliumNode "${cilium.labels[k] ?? '(none)'}"`).join('; ')})${gateway ? ": Cilium's egress gateway selects by the CiliumNode, so it still follows the old gateway label" : ''}`,
+          "check the cilium agent on that node (it copies the Node's labels to its CiliumNode); the gateway resident takes a gateway label off both",
+        ),
+      );
+    }
+  }
+  return findings;
 }
 
 const HOST_ROUTING_NOTE = finding(
@@ -270,6 +415,7 @@ function report(findings: DoctorFinding[], tables: DoctorReport['tables']): Doct
       { id: 'requirements', title: 'What must hold on the cluster' },
       { id: 'cilium-config', title: 'Cilium configuration (kube-system/cilium-config)' },
       { id: 'cilium-version', title: 'Cilium version (kube-system/cilium)' },
+      { id: 'egress-gateway', title: "egressguard's egress gateway on the cluster" },
       { id: 'layers', title: 'Which layer enforces pod traffic' },
     ],
     tables,

@@ -1,8 +1,11 @@
 import { hostname } from 'node:os';
 import { EgressguardError, isEgressguardError } from '../../core/index.js';
+import type { HostFacts } from '../../facts/index.js';
 import type { PolicyIR } from '../../ir/index.js';
 import type { ClusterDuty, ClusterSupport } from '../backend.js';
 import { clusterChecklist, diagnoseCluster } from './cluster-doctor.js';
+import type { TunnelExitProbe } from './gateway-connection.js';
+import { backstopPolicyName, egressGatewayPolicyName } from './cilium-compiler.js';
 import { createKubeClient } from './kube-client.js';
 
 /**
@@ -15,7 +18,9 @@ export function gatewayDuties(policy: PolicyIR): ClusterDuty[] {
     if (c.via.kind !== 'tunnel' || c.killSwitch === null) return [];
     const label = c.killSwitch.nodeLabel;
     const what = `node label ${label.key}=${label.value}`;
-    return [{ id: c.name, tunnel: c.via.interface, nodeLabel: label, what }];
+    // The steering and the backstop policy the compile writes for the class.
+    const objects = [egressGatewayPolicyName(policy, c), backstopPolicyName(policy, c)];
+    return [{ id: c.name, tunnel: c.via.interface, nodeLabel: label, what, objects }];
   });
 }
 
@@ -33,6 +38,22 @@ function nodeName(given: string | undefined): string {
   return name;
 }
 
+/**
+ * What the resident asks to see each tunnel's exit: the facts' echo service and exit addresses,
+ * asked from the tunnel's first IPv4 address (its policy routing sends that into the tunnel).
+ */
+function exitProbes(facts: HostFacts | undefined): Record<string, TunnelExitProbe> {
+  const out: Record<string, TunnelExitProbe> = {};
+  for (const [tunnel, exit] of Object.entries(facts?.cluster?.tunnelExits ?? {})) {
+    const address = facts?.interfaces
+      .find((i) => i.name === tunnel)
+      ?.addresses.map((a) => a.split('/')[0] as string)
+      .find((a) => !a.includes(':'));
+    out[tunnel] = { echoUrl: exit.echoUrl, addresses: exit.addresses, source: address };
+  }
+  return out;
+}
+
 /** The Cilium backend's cluster side: the gateway label resident and the cluster checklist. */
 export const ciliumClusterSupport: ClusterSupport = {
   description:
@@ -45,7 +66,7 @@ export const ciliumClusterSupport: ClusterSupport = {
     await client.readNodeLabels(node);
     // prom-client is loaded by the resident only, not by every command that lists backends.
     const { createGatewayConnection } = await import('./gateway-connection.js');
-    return createGatewayConnection({ client, node });
+    return createGatewayConnection({ client, node, exits: exitProbes(input.facts) });
   },
   async diagnose(input) {
     if (input.credentials === undefined) return clusterChecklist();
@@ -58,10 +79,13 @@ export const ciliumClusterSupport: ClusterSupport = {
         return { error: error.message };
       }
     };
-    const [config, images] = await Promise.all([
+    const [config, images, nodes, ciliumNodes, egressPolicies] = await Promise.all([
       read(() => client.readConfigMap('kube-system', 'cilium-config')),
       read(() => client.readDaemonSetImages('kube-system', 'cilium')),
+      read(() => client.listNodeLabels()),
+      read(() => client.listCiliumNodeLabels()),
+      read(() => client.listEgressGatewayPolicies()),
     ]);
-    return diagnoseCluster({ config, images });
+    return diagnoseCluster({ config, images, nodes, ciliumNodes, egressPolicies });
   },
 };

@@ -1,3 +1,5 @@
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { ClusterChange, ClusterConnection, ClusterDuty } from '../backend.js';
 import { REAPPLIED_ANNOTATION } from './cilium-manifests.js';
@@ -22,6 +24,12 @@ export function createGatewayConnection(input: {
   readonly client: KubeClient;
   readonly node: string;
   readonly now?: () => Date;
+  /** Per tunnel: how to see its exit end to end, and the tunnel's own address to ask from. */
+  readonly exits?: Readonly<Record<string, TunnelExitProbe>>;
+  /** The least time between two exit probes of one tunnel (default 10 s). */
+  readonly probeEveryMs?: number;
+  /** The least time between two reads of the egress gateway policies (default 30 s). */
+  readonly auditEveryMs?: number;
 }): ClusterConnection {
   const { client, node } = input;
   const now = input.now ?? (() => new Date());
@@ -41,6 +49,40 @@ export function createGatewayConnection(input: {
   // the last change, and needs the series to exist before the first re-apply does.
   const lastReapplied = new Gauge(configOf('lastReapplied'));
   lastReapplied.set({ node }, 0);
+  const exitSeen = new Gauge(configOf('exitSeen'));
+  const exitLastSeen = new Gauge(configOf('exitLastSeen'));
+  // The link, its carrier and its routes say nothing of the far end: a WireGuard peer can be dead
+  // with the link up. A request through the tunnel that comes back from its exit is the
+  // end-to-end signal; it runs beside the converge and never holds the kill switch's path.
+  const probes = new Map<string, { running: boolean; last: number }>();
+  for (const tunnel of Object.keys(input.exits ?? {})) {
+    exitSeen.set({ node, tunnel }, 0);
+    exitLastSeen.set({ node, tunnel }, 0);
+  }
+  const probeExit = (tunnel: string): void => {
+    const exit = input.exits?.[tunnel];
+    if (exit === undefined) return;
+    const state = probes.get(tunnel) ?? { running: false, last: -Infinity };
+    probes.set(tunnel, state);
+    const started = performance.now();
+    if (state.running || started - state.last < (input.probeEveryMs ?? 10_000)) return;
+    state.running = true;
+    state.last = started;
+    void askEcho(exit)
+      .then(
+        (seen) => {
+          const ok = seen !== undefined && exit.addresses.includes(seen);
+          exitSeen.set({ node, tunnel }, ok ? 1 : 0);
+          if (ok) exitLastSeen.set({ node, tunnel }, now().getTime() / 1000);
+        },
+        () => {
+          exitSeen.set({ node, tunnel }, 0);
+        },
+      )
+      .finally(() => {
+        state.running = false;
+      });
+  };
   // Duties converged at least once, and those whose policies still need re-applying: the first
   // pass that finds the tunnel up re-applies too (the policy may have been selected while this
   // resident was not running), and a re-apply that failed is tried again at the next pass.
@@ -49,11 +91,25 @@ export function createGatewayConnection(input: {
   // The tunnel state of the last converge that reached the cluster, per duty.
   const lastUp = new Map<string, boolean>();
 
+  // Whether the policies each duty relies on exist and are accepted, from the last list: read at
+  // every re-apply and at most every `auditEveryMs` besides.
+  const policyPresent = new Gauge(configOf('policyPresent'));
+  const audited = new Map<string, number>();
+  const audit = (listed: readonly EgressGatewayPolicyObject[], duty: ClusterDuty): void => {
+    audited.set(duty.id, performance.now());
+    for (const name of duty.objects ?? []) {
+      const found = listed.find((p) => p.name === name);
+      policyPresent.set(
+        { node, policy: name },
+        found !== undefined && found.refused === undefined ? 1 : 0,
+      );
+    }
+  };
   const reapply = async (duty: ClusterDuty): Promise<string[]> => {
     const label = duty.nodeLabel;
-    const policies = (await client.listEgressGatewayPolicies()).filter((p) =>
-      selectsLabel(p, label),
-    );
+    const listed = await client.listEgressGatewayPolicies();
+    audit(listed, duty);
+    const policies = listed.filter((p) => selectsLabel(p, label) && p.refused === undefined);
     const stamp = now().toISOString();
     for (const policy of policies) {
       await client.annotateEgressGatewayPolicy(policy.name, { [REAPPLIED_ANNOTATION]: stamp });
@@ -70,6 +126,7 @@ export function createGatewayConnection(input: {
       const label = duty.nodeLabel;
       const series = { node, gateway_label: `${label.key}=${label.value}` };
       tunnelUp.set({ node, tunnel: duty.tunnel }, up ? 1 : 0);
+      probeExit(duty.tunnel);
       if (!started.has(duty.id)) {
         started.add(duty.id);
         pending.add(duty.id);
@@ -107,6 +164,11 @@ export function createGatewayConnection(input: {
       if (up && pending.has(duty.id)) {
         names = await reapply(duty);
         pending.delete(duty.id);
+      } else if (
+        performance.now() - (audited.get(duty.id) ?? -Infinity) >=
+        (input.auditEveryMs ?? 30_000)
+      ) {
+        audit(await client.listEgressGatewayPolicies(), duty);
       }
       return { changed, marked: up, reapplied: names };
     },
@@ -129,4 +191,53 @@ function selectsLabel(
     policy.nodeSelector.matchLabels[label.key] === label.value ||
     policy.nodeSelector.matchExpressions.some((e) => e.key === label.key)
   );
+}
+
+/** How the resident sees a tunnel's exit: an echo service beyond it, asked from the tunnel's address. */
+export interface TunnelExitProbe {
+  readonly echoUrl: string;
+  /** What the echo service answers through the tunnel. */
+  readonly addresses: readonly string[];
+  /**
+   * The tunnel's own address: a request from it follows the tunnel's policy routing (the rule
+   * for Cilium's SNAT address), so it leaves by the tunnel or not at all.
+   */
+  readonly source: string | undefined;
+}
+
+/** The address an echo service answers with, trimmed; undefined when nothing usable came back. */
+function askEcho(exit: TunnelExitProbe, timeoutMs = 3_000): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const url = new URL(exit.echoUrl);
+    const request = (url.protocol === 'https:' ? httpsRequest : httpRequest)(
+      url,
+      {
+        method: 'GET',
+        timeout: timeoutMs,
+        agent: false,
+        ...(exit.source === undefined ? {} : { localAddress: exit.source }),
+      },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => {
+          // An address is short: a long answer is no echo service's.
+          if (body.length < 256) body += chunk;
+        });
+        response.on('end', () => {
+          resolve(response.statusCode === 200 ? body.trim() : undefined);
+        });
+        response.on('error', () => {
+          resolve(undefined);
+        });
+      },
+    );
+    request.on('timeout', () => {
+      request.destroy();
+    });
+    request.on('error', () => {
+      resolve(undefined);
+    });
+    request.end();
+  });
 }

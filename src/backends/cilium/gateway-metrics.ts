@@ -36,4 +36,22 @@ export const GATEWAY_METRICS = {
     help: 'Unix time the gateway label was last added to or removed from this node',
     labels: ['node'],
   },
+  exitSeen: {
+    name: 'egressguard_tunnel_exit_seen',
+    type: 'gauge',
+    help: "1 while the last request through the tunnel came back from the tunnel's exit (end to end), else 0",
+    labels: ['node', 'tunnel'],
+  },
+  exitLastSeen: {
+    name: 'egressguard_tunnel_exit_last_seen_timestamp_seconds',
+    type: 'gauge',
+    help: "Unix time a request through the tunnel last came back from the tunnel's exit; 0 until then",
+    labels: ['node', 'tunnel'],
+  },
+  policyPresent: {
+    name: 'egressguard_egress_gateway_policy_present',
+    type: 'gauge',
+    help: 'Per egress gateway policy the class relies on: 1 while it exists and Cilium accepts it, else 0',
+    labels: ['node', 'policy'],
+  },
 } as const;

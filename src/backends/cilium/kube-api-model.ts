@@ -44,8 +44,11 @@ export type ModelResource = 'nodes' | 'ciliumegressgatewaypolicies' | ReadOnlyRe
 /** The resources the model stores and writes. */
 type StoredResource = 'nodes' | 'ciliumegressgatewaypolicies';
 
-/** Namespaced objects the model only serves for `get` (doctor --k8s reads them). */
-type ReadOnlyResource = 'configmaps' | 'daemonsets';
+/**
+ * Objects the model only reads out (doctor --k8s): namespaced ConfigMaps and DaemonSets for `get`,
+ * cluster-scoped CiliumNodes for `get` and `list`.
+ */
+type ReadOnlyResource = 'configmaps' | 'daemonsets' | 'ciliumnodes';
 
 /** An RBAC-like grant: verbs on a resource, optionally only on named objects. */
 export interface AccessRule {
@@ -79,6 +82,14 @@ export interface KubeApiModelOptions {
     readonly namespace: string;
     readonly name: string;
     readonly data: Readonly<Record<string, string>>;
+  }[];
+  /**
+   * CiliumNodes served read-only (get, list), as their agents wrote them; absent: one per seeded
+   * node with its labels, as a running agent keeps them (pkg/nodediscovery mutateNodeResource).
+   */
+  readonly ciliumNodes?: readonly {
+    readonly name: string;
+    readonly labels: Readonly<Record<string, string>>;
   }[];
   /** DaemonSets served read-only (get), with one container per image. */
   readonly daemonSets?: readonly {
@@ -166,12 +177,17 @@ function qualified(resource: ModelResource): string {
     case 'daemonsets':
       return 'daemonsets.apps';
     case CEGP_PLURAL:
-      return `${CEGP_PLURAL}.${CILIUM_GROUP}`;
+    case 'ciliumnodes':
+      return `${resource}.${CILIUM_GROUP}`;
   }
 }
 
 function groupOf(resource: ModelResource): string {
-  return resource === CEGP_PLURAL ? CILIUM_GROUP : resource === 'daemonsets' ? 'apps' : '';
+  return resource === CEGP_PLURAL || resource === 'ciliumnodes'
+    ? CILIUM_GROUP
+    : resource === 'daemonsets'
+      ? 'apps'
+      : '';
 }
 
 function details(resource: ModelResource, name: string | undefined): JsonObject {
@@ -324,6 +340,8 @@ function route(path: string): Route | undefined {
   if (node !== null) return { resource: 'nodes', name: node[1] };
   const cegp = new RegExp(`^/apis/${CILIUM_GROUP}/v2/${CEGP_PLURAL}(?:/([^/]+))?/?$`).exec(path);
   if (cegp !== null) return { resource: CEGP_PLURAL, name: cegp[1] };
+  const ciliumNode = new RegExp(`^/apis/${CILIUM_GROUP}/v2/ciliumnodes(?:/([^/]+))?/?$`).exec(path);
+  if (ciliumNode !== null) return { resource: 'ciliumnodes', name: ciliumNode[1] };
   // api-concepts, "Resource URIs": /api/v1/namespaces/{ns}/{resource}/{name} for core, and
   // /apis/{group}/{version}/namespaces/{ns}/{resource}/{name} for groups.
   const namespaced =
@@ -409,7 +427,36 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
       },
     });
   }
+  for (const node of options.ciliumNodes ??
+    (options.nodes ?? []).map((n) => ({
+      name: n.name,
+      labels: { 'kubernetes.io/hostname': n.name, ...n.labels },
+    }))) {
+    readOnly.set(`ciliumnodes /${node.name}`, {
+      apiVersion: `${CILIUM_GROUP}/v2`,
+      kind: 'CiliumNode',
+      metadata: {
+        name: node.name,
+        labels: { ...node.labels },
+        resourceVersion: String(++revision),
+      },
+      spec: {},
+    });
+  }
   const serveReadOnly = (verb: Verb, target: Route): { code: number; body: JsonValue } => {
+    if (verb === 'list' && target.resource === 'ciliumnodes') {
+      return {
+        code: 200,
+        body: {
+          apiVersion: `${CILIUM_GROUP}/v2`,
+          kind: 'CiliumNodeList',
+          metadata: { resourceVersion: String(revision) },
+          items: [...readOnly.entries()]
+            .filter(([key]) => key.startsWith('ciliumnodes '))
+            .map(([, object]) => object),
+        },
+      };
+    }
     if (verb !== 'get' || target.name === undefined) {
       throw new ApiError(
         405,
@@ -568,7 +615,11 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
         failures.count--;
         throw new ApiError(failures.code, failures.reason, `injected failure (${failures.reason})`);
       }
-      if (target.resource === 'configmaps' || target.resource === 'daemonsets') {
+      if (
+        target.resource === 'configmaps' ||
+        target.resource === 'daemonsets' ||
+        target.resource === 'ciliumnodes'
+      ) {
         return { ...context, ...serveReadOnly(verb, target) };
       }
       const dryRun = url.searchParams.get('dryRun') === 'All';

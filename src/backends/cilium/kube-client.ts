@@ -27,11 +27,25 @@ export interface KubeClient {
   readConfigMap(namespace: string, name: string): Promise<Readonly<Record<string, string>>>;
   /** The images of a DaemonSet's containers. */
   readDaemonSetImages(namespace: string, name: string): Promise<readonly string[]>;
+  /** Every Node's labels (doctor). */
+  listNodeLabels(): Promise<readonly NamedLabels[]>;
+  /** Every CiliumNode's labels: what Cilium's egress gateway selects gateways by (doctor). */
+  listCiliumNodeLabels(): Promise<readonly NamedLabels[]>;
+}
+
+export interface NamedLabels {
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
 }
 
 /** What the resident reads of a CiliumEgressGatewayPolicy. */
 export interface EgressGatewayPolicyObject {
   readonly name: string;
+  /** Why Cilium refuses the policy (pkg/egressgateway/policy.go ParseCEGP), if it does. */
+  readonly refused: string | undefined;
+  readonly labels: Readonly<Record<string, string>>;
+  /** egressGateway.interface, when set. */
+  readonly interface: string | undefined;
   readonly nodeSelector: {
     readonly matchLabels: Readonly<Record<string, string>>;
     readonly matchExpressions: readonly { readonly key: string }[];
@@ -48,9 +62,16 @@ export const KUBE_CALLS = {
     { apiGroup: '', resource: 'configmaps', verbs: ['get'], names: ['cilium-config'] },
     { apiGroup: 'apps', resource: 'daemonsets', verbs: ['get'], names: ['cilium'] },
   ],
+  /** doctor's cluster-wide reads: the labels of Nodes and CiliumNodes, the egress policies. */
+  doctorCluster: [
+    { apiGroup: '', resource: 'nodes', verbs: ['list'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumnodes', verbs: ['list'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list'] },
+  ],
 } as const;
 
 const CILIUM = { group: 'cilium.io', version: 'v2', plural: 'ciliumegressgatewaypolicies' };
+const CILIUM_NODES = { group: 'cilium.io', version: 'v2', plural: 'ciliumnodes' };
 const ATTEMPTS = 5;
 const BACKOFF_MS = [50, 100, 200, 400];
 const REQUEST_TIMEOUT_MS = 5_000;
@@ -155,6 +176,22 @@ export function createKubeClient(credentials: KubeCredentials): KubeClient {
       );
       return map.data ?? {};
     },
+    async listNodeLabels() {
+      const list = await call('list nodes', () => core.listNode());
+      return list.items.map((n) => ({
+        name: n.metadata?.name ?? '',
+        labels: n.metadata?.labels ?? {},
+      }));
+    },
+    async listCiliumNodeLabels() {
+      const list = (await call('list CiliumNodes', () =>
+        custom.listClusterCustomObject(CILIUM_NODES),
+      )) as { items?: { metadata?: { name?: string; labels?: Record<string, string> } }[] };
+      return (list.items ?? []).map((n) => ({
+        name: n.metadata?.name ?? '',
+        labels: n.metadata?.labels ?? {},
+      }));
+    },
     async readDaemonSetImages(namespace, name) {
       const set = await call(`read DaemonSet ${namespace}/${name}`, () =>
         apps.readNamespacedDaemonSet({ name, namespace }),
@@ -208,9 +245,12 @@ function keepAlive(): PromiseMiddleware {
 
 function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
   const object = item as {
-    metadata?: { name?: string };
+    metadata?: { name?: string; labels?: Record<string, string> };
     spec?: {
+      selectors?: { podSelector?: unknown; namespaceSelector?: unknown }[];
       egressGateway?: {
+        interface?: unknown;
+        egressIP?: unknown;
         nodeSelector?: {
           matchLabels?: Record<string, string>;
           matchExpressions?: { key: string }[];
@@ -219,8 +259,26 @@ function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
     };
   };
   const selector = object.spec?.egressGateway?.nodeSelector;
+  const gateway = object.spec?.egressGateway ?? {};
+  const present = (value: unknown): boolean => typeof value === 'string' && value !== '';
+  // ParseCEGP: "cannot specify both egress IP and interface"; a selector needs a pod or a
+  // namespace selector (EGW doc: nodeSelector "cannot be used alone").
+  const refused =
+    present(gateway.interface) && present(gateway.egressIP)
+      ? 'both interface and egressIP'
+      : (object.spec?.selectors ?? []).some(
+            (s) => s.podSelector === undefined && s.namespaceSelector === undefined,
+          )
+        ? 'a selector without podSelector and namespaceSelector'
+        : undefined;
   return {
     name: object.metadata?.name ?? '',
+    refused,
+    labels: object.metadata?.labels ?? {},
+    interface:
+      typeof gateway.interface === 'string' && gateway.interface !== ''
+        ? gateway.interface
+        : undefined,
     nodeSelector: {
       matchLabels: selector?.matchLabels ?? {},
       matchExpressions: selector?.matchExpressions ?? [],

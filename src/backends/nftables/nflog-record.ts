@@ -1,11 +1,5 @@
-import { EgressguardError, formatIpv4, formatIpv6 } from '../../core/index.js';
-import {
-  createPcapReader,
-  DLT_NFLOG,
-  parseNflog,
-  type NetfilterHook,
-  type NflogPacket,
-} from './nflog.js';
+import { createPcapReader, EgressguardError, formatIpv4, formatIpv6 } from '../../core/index.js';
+import { DLT_NFLOG, parseNflog, type NetfilterHook, type NflogPacket } from './nflog.js';
 
 /** One audited or dropped packet, as `egressguard drops` prints it. */
 export interface DropRecord {

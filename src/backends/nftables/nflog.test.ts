@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { createPcapReader, DLT_NFLOG, parseNflog } from './nflog.js';
+import { createPcapReader } from '../../core/index.js';
+import { DLT_NFLOG, parseNflog } from './nflog.js';
 import { mapRuleClasses, parseLogPrefix, toDropRecord } from './nflog-record.js';
 
 // Written by `tcpdump -i nflog:2 -U -w` on Debian 12 (testdata/nflog/capture.sh).

@@ -1,9 +1,11 @@
-import { parsePrefix, type Family, type Prefix } from '../../core/index.js';
+import { parseAddress, parsePrefix, type Family, type Prefix } from '../../core/index.js';
+import { icmpCodeByName, icmpTypeByName, SERVICES } from './pf-services.js';
 import {
   PROTOCOL_NUMBERS,
   type PfAddress,
   type PfAnchorRule,
   type PfAnchorRuleset,
+  type PfBlockPolicy,
   type PfConf,
   type PfConfProblem,
   type PfEndpoint,
@@ -12,7 +14,9 @@ import {
   type PfIcmpType,
   type PfInterfaceSpec,
   type PfLoadAnchor,
+  type PfLog,
   type PfOption,
+  type PfPool,
   type PfPort,
   type PfPortOp,
   type PfRedirect,
@@ -22,19 +26,21 @@ import {
   type PfStateBinding,
   type PfStateMode,
   type PfTableDefinition,
-  type PfTableEntry,
+  type PfTableItem,
   type PfTagged,
   type PfTranslationRule,
 } from './pf-rules.js';
 
 /**
- * Parses pf.conf text in the grammar macOS pfctl accepts: OpenBSD 4.5-era pfctl, read in FreeBSD
- * 9.3 `contrib/pf/pfctl/parse.y` (NOTES.md §1, "F93"). What the newer grammar added (`match`,
- * `nat-to`, `rdr-to`, `af-to`, `received-on`) is not a keyword here and fails as pfctl fails:
- * `file:line: syntax error` (F93 parse.y keyword table 5254-5374). Problems are data; parsing goes
- * on after an error line, as pfctl's `ruleset error '\n'` production does, so every error is
- * reported. Not modelled: inline anchors (`anchor "x" { … }`), `antispoof`, queues/ALTQ, `os`,
- * `user`/`group`; each is a syntax error here.
+ * Parses pf.conf text as a MODEL of macOS pfctl's parser: FreeBSD 9.3's `contrib/pf/pfctl/
+ * parse.y` ("F93", OpenBSD 4.4/4.5 era, NOTES.md §1; Apple's own pfctl is closed), its lexer
+ * (yylex), keyword table (lookup) and productions, with the checks its actions make. Apple's
+ * additions seen in stock files are accepted too (`scrub-anchor`, `dummynet-anchor`, the NAT
+ * `extfilter`/`extmap` words of Internet Sharing). Problems are data, `file:line: message` as
+ * pfctl prints them, and parsing goes on after a bad line (parse.y `ruleset error '\n'`), so every
+ * problem is reported. What the model does not implement is refused with a message that starts
+ * "not modelled:" (inline anchors, antispoof, queues, user/group, OS fingerprints, divert-to,
+ * host names other than localhost), never with a made-up syntax error.
  */
 export function parsePfConf(
   text: string,
@@ -46,9 +52,11 @@ export function parsePfConf(
      * must exist); absent: not checked (text read back from pfctl, or of no host in particular).
      */
     interfaces?: ReadonlySet<string>;
+    /** Reads a file `include` names; absent: include is refused. */
+    readFile?: (path: string) => string | undefined;
   },
 ): { conf: PfConf; problems: PfConfProblem[] } {
-  return new Parser(text, options.file, options.macros ?? {}, options.interfaces).parse();
+  return new Parser(text, options).parse();
 }
 
 /** Formats problems the way pfctl prints them, one per line. */
@@ -56,7 +64,14 @@ export function formatPfConfProblems(problems: readonly PfConfProblem[]): string
   return problems.map((p) => `${p.file}:${p.line}: ${p.message}\n`).join('');
 }
 
-type TokenKind = 'word' | 'string' | 'punct' | 'nl' | 'eof';
+/** Whether a problem is the model's refusal of a construct it does not implement. */
+export function isNotModelled(problem: PfConfProblem): boolean {
+  return problem.message.startsWith(NOT_MODELLED);
+}
+
+const NOT_MODELLED = 'not modelled: ';
+
+type TokenKind = 'word' | 'string' | 'number' | 'punct' | 'nl' | 'eof';
 
 interface Token {
   readonly kind: TokenKind;
@@ -64,130 +79,182 @@ interface Token {
   readonly line: number;
 }
 
-// F93 parse.y `allowed_in_string`: punctuation other than these continues a word.
-const WORD_STOPPERS = new Set(['(', ')', '{', '}', '<', '>', '!', '=', '/', '#', ',']);
-const TWO_CHAR_PUNCT = new Set(['<>', '><', '<=', '>=', '!=', '->']);
-
 /**
- * The words that are keywords in F93 parse.y (5254-5374), among those this parser uses. A macro
- * name may not be one; quoted text never is one.
+ * F93 parse.y lookup(): the keyword table (sorted there; a Set here), plus Apple's anchor points
+ * of the stock pf.conf. A word that is one is never a STRING: not a macro name, not an
+ * interface, not a host (quoted text always is a STRING).
  */
 const KEYWORDS = new Set([
   'all',
   'allow-opts',
+  'altq',
   'anchor',
+  'antispoof',
   'any',
+  'bandwidth',
   'binat',
   'binat-anchor',
   'bitmask',
   'block',
   'block-policy',
+  'cbq',
   'code',
+  'crop',
+  'debug',
+  'divert-reply',
+  'divert-to',
   'drop',
-  'dummynet-anchor',
+  'drop-ovl',
   'dup-to',
   'fastroute',
   'file',
+  'fingerprints',
   'flags',
   'floating',
+  'flush',
   'for',
   'fragment',
   'from',
+  'global',
+  'group',
+  'hfsc',
+  'hostid',
   'icmp-type',
   'icmp6-type',
   'if-bound',
   'in',
+  'include',
   'inet',
   'inet6',
   'keep',
   'label',
+  'limit',
+  'linkshare',
   'load',
   'log',
+  'loginterface',
+  'max',
+  'max-mss',
+  'max-src-conn',
+  'max-src-conn-rate',
+  'max-src-nodes',
+  'max-src-states',
+  'min-ttl',
   'modulate',
   'nat',
   'nat-anchor',
   'no',
+  'no-df',
   'no-route',
+  'no-sync',
   'on',
+  'optimization',
+  'os',
   'out',
+  'overload',
   'pass',
+  'pflow',
   'port',
+  'priority',
+  'priq',
+  'probability',
   'proto',
+  'qlimit',
+  'queue',
   'quick',
   'random',
+  'random-id',
   'rdr',
   'rdr-anchor',
+  'realtime',
+  'reassemble',
   'reply-to',
+  'require-order',
   'return',
+  'return-icmp',
+  'return-icmp6',
+  'return-rst',
   'round-robin',
+  'route',
   'route-to',
   'rtable',
+  'rule',
+  'ruleset-optimization',
   'scrub',
-  'scrub-anchor',
-  'self',
   'set',
+  'set-tos',
+  'skip',
+  'sloppy',
   'source-hash',
+  'source-track',
   'state',
+  'state-defaults',
+  'state-policy',
   'static-port',
+  'sticky-address',
   'synproxy',
   'table',
   'tag',
   'tagged',
+  'tbrsize',
+  'timeout',
   'to',
+  'tos',
+  'ttl',
+  'upperlimit',
   'urpf-failed',
+  'user',
+  // Apple's (stock /etc/pf.conf): not in F93.
+  'scrub-anchor',
+  'dummynet-anchor',
 ]);
 
-// getservbyname for the services a firewall policy names; numbers are the usual way.
-const SERVICES: Readonly<Record<string, number>> = {
-  ftp: 21,
-  ssh: 22,
-  telnet: 23,
-  smtp: 25,
-  domain: 53,
-  bootps: 67,
-  bootpc: 68,
-  http: 80,
-  www: 80,
-  ntp: 123,
-  https: 443,
-  submission: 587,
-  imaps: 993,
-};
+// pf's fixed buffers, NUL included (XNU pfvar.h): PF_RULE_LABEL_SIZE 64, PF_TAG_NAME_SIZE 64,
+// PF_TABLE_NAME_SIZE 32, IFNAMSIZ 16.
+const LABEL_MAX = 63;
+const TAG_MAX = 63;
+const TABLE_NAME_MAX = 31;
+const IFNAME_MAX = 15;
 
-const ICMP_TYPES: Readonly<Record<string, number>> = {
-  echorep: 0,
-  unreach: 3,
-  squench: 4,
-  redir: 5,
-  echoreq: 8,
-  routeradv: 9,
-  routersol: 10,
-  timex: 11,
-  paramprob: 12,
-};
+// F93 parse.y PFCTL_STATE_*; dummynet sits between translation and filtering (Apple, unverified).
+const RULE_STATE = { none: 0, option: 1, scrub: 2, queue: 3, nat: 4, dummynet: 5, filter: 6 };
 
-const ICMP6_TYPES: Readonly<Record<string, number>> = {
-  unreach: 1,
-  toobig: 2,
-  timex: 3,
-  paramprob: 4,
-  echoreq: 128,
-  echorep: 129,
-  routersol: 133,
-  routeradv: 134,
-  neighbrsol: 135,
-  neighbradv: 136,
-  redir: 137,
-};
-
-/** F93 parse.y PFCTL_STATE_*; dummynet sits between translation and filtering (Apple, unverified). */
-const RULE_STATE = { none: 0, option: 1, scrub: 2, nat: 4, dummynet: 5, filter: 6 } as const;
-type RuleState = (typeof RULE_STATE)[keyof typeof RULE_STATE];
-
-// The message macOS pfctl prints (quoted from macOS runs in public notes); F93's older wording
-// lacks "queueing".
+// The message macOS pfctl prints (quoted from macOS runs in public notes): F93 check_rulestate.
 const ORDER_MESSAGE =
   'Rules must be in order: options, normalization, queueing, translation, filtering';
+
+// F93 pfctl.c pf_timeouts, pf_limits, pf_hints.
+const TIMEOUTS = new Set([
+  'tcp.first',
+  'tcp.opening',
+  'tcp.established',
+  'tcp.closing',
+  'tcp.finwait',
+  'tcp.closed',
+  'tcp.tsdiff',
+  'udp.first',
+  'udp.single',
+  'udp.multiple',
+  'icmp.first',
+  'icmp.error',
+  'other.first',
+  'other.single',
+  'other.multiple',
+  'frag',
+  'interval',
+  'adaptive.start',
+  'adaptive.end',
+  'src.track',
+]);
+const LIMITS = new Set(['states', 'src-nodes', 'frags', 'tables', 'table-entries']);
+const HINTS = new Set(['normal', 'satellite', 'high-latency', 'conservative', 'aggressive']);
+
+// pfctl's defaults for `return` and `return-icmp` (F93 parse.y returnicmpdefault).
+const RETURN_ICMP = (3 << 8) | 3; // unreach, port-unr
+const RETURN_ICMP6 = (1 << 8) | 4; // unreach, port-unr
+
+/** A host name the model resolves (getaddrinfo on the test machine: ::1 first). */
+const HOSTS: Readonly<Record<string, readonly string[]>> = { localhost: ['::1', '127.0.0.1'] };
 
 class PfConfSyntaxError extends Error {
   constructor(
@@ -198,19 +265,35 @@ class PfConfSyntaxError extends Error {
   }
 }
 
+function notModelled(line: number, what: string): never {
+  throw new PfConfSyntaxError(line, `${NOT_MODELLED}${what}`);
+}
+
+/** F93 parse.y yylex, lgetc, findeol. */
 class Lexer {
-  private pos = 0;
-  private line = 1;
-  /** Macro expansions being read, innermost last (pfctl pushes `$name`'s text back as input). */
-  private readonly pushed: { text: string; pos: number }[] = [];
+  private readonly inputs: { text: string; pos: number; line: number; file: string }[];
+  /** The text of the macro being read (parse.y parsebuf); null when reading the file. */
+  private expansion: { text: string; pos: number } | null = null;
   private peeked: Token[] = [];
 
   constructor(
-    private readonly text: string,
+    text: string,
+    file: string,
     private readonly macros: Map<string, string>,
-    private readonly problems: PfConfProblem[],
-    private readonly file: string,
-  ) {}
+  ) {
+    this.inputs = [{ text, pos: 0, line: 1, file }];
+  }
+
+  get file(): string {
+    return (this.inputs[this.inputs.length - 1] as { file: string }).file;
+  }
+
+  /** Starts reading another file where this one stands (parse.y include → pushfile). */
+  include(text: string, file: string): void {
+    this.inputs.push({ text, pos: 0, line: 1, file });
+    // The include statement ends there (parse.y include: lungetc('\n')).
+    this.peeked.unshift({ kind: 'nl', text: '\n', line: 1 });
+  }
 
   peek(offset = 0): Token {
     while (this.peeked.length <= offset) this.peeked.push(this.read());
@@ -223,160 +306,200 @@ class Lexer {
     return token;
   }
 
+  private top() {
+    return this.inputs[this.inputs.length - 1] as { text: string; pos: number; line: number };
+  }
+
   private char(offset = 0): string {
-    const top = this.pushed[this.pushed.length - 1];
-    if (top !== undefined) return top.text[top.pos + offset] ?? '';
-    return this.text[this.pos + offset] ?? '';
+    if (this.expansion !== null) {
+      const c = this.expansion.text[this.expansion.pos + offset];
+      if (c !== undefined) return c;
+      offset -= this.expansion.text.length - this.expansion.pos;
+    }
+    const input = this.top();
+    // A backslash before a newline continues the line (lgetc).
+    let pos = input.pos;
+    for (let i = 0; ; i++) {
+      while (input.text[pos] === '\\' && input.text[pos + 1] === '\n') pos += 2;
+      if (i === offset) return input.text[pos] ?? '';
+      pos++;
+    }
   }
 
   private advance(): string {
-    const top = this.pushed[this.pushed.length - 1];
-    if (top !== undefined) {
-      const c = top.text[top.pos] ?? '';
-      top.pos++;
-      return c;
+    if (this.expansion !== null) {
+      const c = this.expansion.text[this.expansion.pos];
+      if (c !== undefined) {
+        this.expansion.pos++;
+        return c;
+      }
+      this.expansion = null;
     }
-    const c = this.text[this.pos] ?? '';
-    this.pos++;
-    if (c === '\n') this.line++;
+    const input = this.top();
+    while (input.text[input.pos] === '\\' && input.text[input.pos + 1] === '\n') {
+      input.pos += 2;
+      input.line++;
+    }
+    const c = input.text[input.pos] ?? '';
+    if (c !== '') input.pos++;
+    if (c === '\n') input.line++;
     return c;
+  }
+
+  private line(): number {
+    return this.top().line;
   }
 
   private read(): Token {
     for (;;) {
-      const top = this.pushed[this.pushed.length - 1];
-      if (top !== undefined && top.pos >= top.text.length) {
-        this.pushed.pop();
-        continue;
+      while (this.char() === ' ' || this.char() === '\t' || this.char() === '\r') this.advance();
+      const line = this.line();
+      if (this.char() === '#') {
+        while (this.char() !== '\n' && this.char() !== '') this.advance();
       }
       const c = this.char();
       if (c === '') {
-        if (this.pushed.length > 0) continue;
-        return { kind: 'eof', text: '', line: this.line };
+        if (this.inputs.length > 1) {
+          this.inputs.pop(); // popfile: back to the including file
+          continue;
+        }
+        return { kind: 'eof', text: '', line };
       }
-      if (c === ' ' || c === '\t' || c === '\r') {
+      if (c === '$' && this.expansion === null) {
         this.advance();
+        let name = '';
+        while (/[A-Za-z0-9_]/.test(this.char())) name += this.advance();
+        const value = this.macros.get(name);
+        if (value === undefined) throw new PfConfSyntaxError(line, `macro '${name}' not defined`);
+        this.expansion = { text: value, pos: 0 };
         continue;
-      }
-      if (
-        c === '\\' &&
-        (this.char(1) === '\n' || (this.char(1) === '\r' && this.char(2) === '\n'))
-      ) {
-        // A backslash at the end of a line continues the statement.
-        this.advance();
-        if (this.char() === '\r') this.advance();
-        this.advance();
-        continue;
-      }
-      if (c === '#') {
-        while (this.char() !== '\n' && this.char() !== '') this.advance();
-        continue;
-      }
-      const line = this.line;
-      if (c === '\n') {
-        this.advance();
-        return { kind: 'nl', text: '\n', line };
       }
       if (c === '"' || c === "'") {
         this.advance();
         let value = '';
         for (;;) {
-          const d = this.char();
-          if (d === '' || d === '\n') {
-            this.problems.push({
-              file: this.file,
-              line,
-              message: 'reached end of file while parsing quoted string',
-            });
-            break;
+          const d = this.advance();
+          if (d === '') {
+            throw new PfConfSyntaxError(line, 'reached end of file while parsing quoted string');
           }
-          this.advance();
+          if (d === '\\') {
+            const next = this.char();
+            if (next === c) {
+              value += this.advance();
+              continue;
+            }
+          }
           if (d === c) break;
-          if (d === '\\' && this.char() === c) {
-            value += this.advance();
-            continue;
-          }
-          value += d;
+          if (d !== '\n') value += d;
         }
         return { kind: 'string', text: value, line };
       }
-      if (c === '$') {
+      if (c === '\n') {
         this.advance();
-        let name = '';
-        while (/[A-Za-z0-9_]/.test(this.char())) name += this.advance();
-        const value = this.macros.get(name);
-        if (value === undefined) {
-          throw new PfConfSyntaxError(line, `macro '${name}' not defined`);
-        }
-        this.pushed.push({ text: value, pos: 0 });
-        continue;
+        return { kind: 'nl', text: '\n', line };
       }
       const two = c + this.char(1);
-      if (TWO_CHAR_PUNCT.has(two)) {
+      if (two === '<>' || two === '><' || two === '->') {
         this.advance();
         this.advance();
         return { kind: 'punct', text: two, line };
       }
-      if (WORD_STOPPERS.has(c)) {
-        this.advance();
-        return { kind: 'punct', text: c, line };
+      if (c === '-' || /[0-9]/.test(c)) {
+        // A number only when it ends where a number may (allowed_to_end_number).
+        let n = 0;
+        let digits = c;
+        while (/[0-9]/.test(this.char(n + 1))) digits += this.char(++n);
+        const end = this.char(n + 1);
+        if (!(digits === '-') && (end === '' || /[\s),/}=]/.test(end))) {
+          for (let i = 0; i <= n; i++) this.advance();
+          return { kind: 'number', text: digits, line };
+        }
+        if (c === '-') {
+          this.advance();
+          return { kind: 'punct', text: '-', line };
+        }
       }
-      let word = '';
-      while (this.char() !== '' && isWordChar(this.char())) {
-        // `en0->` would otherwise swallow the arrow.
-        if (this.char() === '-' && this.char(1) === '>') break;
-        word += this.advance();
+      if (/[A-Za-z0-9:_]/.test(c)) {
+        let word = '';
+        while (isInString(this.char())) word += this.advance();
+        return { kind: 'word', text: word, line };
       }
-      if (word === '') {
-        this.advance();
-        return { kind: 'punct', text: c, line };
-      }
-      return { kind: 'word', text: word, line };
+      this.advance();
+      return { kind: 'punct', text: c, line };
     }
   }
 
-  /** Skips to the end of the current line (pfctl's `findeol` after an error). */
+  /** Skips to the end of the line (findeol after an error). */
   skipLine(): void {
-    // Tokens already read past the end of the failing line belong to the next statement.
     const newline = this.peeked.findIndex((t) => t.kind === 'nl' || t.kind === 'eof');
     if (newline >= 0) {
       this.peeked = this.peeked.slice(newline);
       return;
     }
     this.peeked = [];
-    this.pushed.length = 0;
-    while (this.char() !== '\n' && this.char() !== '') {
-      if (this.char() === '\\' && this.char(1) === '\n') this.advance();
-      this.advance();
-    }
+    this.expansion = null;
+    while (this.char() !== '\n' && this.char() !== '') this.advance();
   }
 }
 
-function isWordChar(c: string): boolean {
+/** parse.y allowed_in_string: alphanumerics and punctuation but ( ) { } < > ! = / # , */
+function isInString(c: string): boolean {
+  if (c === '') return false;
   if (/[A-Za-z0-9]/.test(c)) return true;
-  if (WORD_STOPPERS.has(c)) return false;
-  return /[!-~]/.test(c) && c !== '"' && c !== "'" && c !== '$';
+  return /[!-/:-@[-`{-~]/.test(c) && !'(){}<>!=/#,'.includes(c);
+}
+
+/** A port operand as parseport/getservice read it. */
+function servicePort(text: string, line: number): number {
+  if (/^\d+$/.test(text) || /^0x[0-9a-f]+$/i.test(text)) {
+    const n = Number(text);
+    if (n > 65535) throw new PfConfSyntaxError(line, `illegal port value ${n}`);
+    return n;
+  }
+  const n = SERVICES[text];
+  if (n !== undefined) return n;
+  // getservbyname(3) of something no services(5) line can name: pfctl says "unknown port".
+  if (!/^[A-Za-z][A-Za-z0-9+_-]*$/.test(text)) {
+    throw new PfConfSyntaxError(line, `unknown port ${text}`);
+  }
+  return notModelled(line, `the service name "${text}" (the model's services table lacks it)`);
+}
+
+interface Range {
+  readonly low: number;
+  readonly high: number;
+  /** `a:b` (a range), `a:*` (from a, rdr only), or a single port. */
+  readonly kind: 'single' | 'range' | 'star';
 }
 
 class Parser {
   private readonly problems: PfConfProblem[] = [];
   private readonly macros: Map<string, string>;
   private readonly lexer: Lexer;
-  private ruleState: RuleState = RULE_STATE.none;
+  private ruleState = RULE_STATE.none;
   private requireOrder = true;
+  private blockPolicy: PfBlockPolicy = { kind: 'drop' };
+  private statePolicy: PfStateBinding | null = null;
   private readonly options: PfOption[] = [];
   private readonly tables: PfTableDefinition[] = [];
   private readonly rules: PfRule[] = [];
   private readonly loadAnchors: PfLoadAnchor[] = [];
+  private readonly interfaces: ReadonlySet<string> | undefined;
+  private readonly readFile: ((path: string) => string | undefined) | undefined;
 
   constructor(
     text: string,
-    private readonly file: string,
-    macros: Readonly<Record<string, string>>,
-    private readonly interfaces: ReadonlySet<string> | undefined,
+    options: {
+      file: string;
+      macros?: Readonly<Record<string, string>>;
+      interfaces?: ReadonlySet<string>;
+      readFile?: (path: string) => string | undefined;
+    },
   ) {
-    this.macros = new Map(Object.entries(macros));
-    this.lexer = new Lexer(text, this.macros, this.problems, file);
+    this.macros = new Map(Object.entries(options.macros ?? {}));
+    this.lexer = new Lexer(text, options.file, this.macros);
+    this.interfaces = options.interfaces;
+    this.readFile = options.readFile;
   }
 
   parse(): { conf: PfConf; problems: PfConfProblem[] } {
@@ -413,7 +536,7 @@ class Parser {
 
   private report(error: unknown): void {
     if (!(error instanceof PfConfSyntaxError)) throw error;
-    this.problems.push({ file: this.file, line: error.line, message: error.message });
+    this.problems.push({ file: this.lexer.file, line: error.line, message: error.message });
     this.lexer.skipLine();
     if (this.lexer.peek().kind === 'nl') this.lexer.next();
   }
@@ -455,32 +578,77 @@ class Parser {
     return this.fail(token);
   }
 
-  /** A STRING in pfctl's sense: a quoted string, or an unquoted word that is not a keyword. */
+  /** A STRING: quoted text, or an unquoted word that is not a keyword. */
+  private isString(offset = 0): boolean {
+    const token = this.lexer.peek(offset);
+    return token.kind === 'string' || (token.kind === 'word' && !KEYWORDS.has(token.text));
+  }
+
   private string(): Token {
     const token = this.lexer.next();
-    if (token.kind === 'string' || (token.kind === 'word' && !KEYWORDS.has(token.text)))
+    if (token.kind === 'string' || (token.kind === 'word' && !KEYWORDS.has(token.text))) {
       return token;
+    }
     return this.fail(token);
   }
 
-  private skipNewlines(): void {
+  /** parse.y `string: STRING string | STRING`: words joined by a space. */
+  private strings(): Token {
+    const first = this.string();
+    let text = first.text;
+    while (this.isString()) text += ` ${this.lexer.next().text}`;
+    return { ...first, text };
+  }
+
+  /** parse.y numberstring: a NUMBER or a STRING. */
+  private numberString(): Token {
+    if (this.lexer.peek().kind === 'number') return this.lexer.next();
+    return this.string();
+  }
+
+  private number(): number {
+    const token = this.lexer.next();
+    if (token.kind !== 'number') this.fail(token);
+    return Number(token.text);
+  }
+
+  private optnl(): void {
     while (this.lexer.peek().kind === 'nl') this.lexer.next();
   }
 
-  private checkOrder(state: RuleState, line: number): void {
-    if (this.requireOrder && this.ruleState > state)
+  /** A list `{ a, b c }` (commas optional, newlines allowed) or one item. */
+  private list<T>(item: () => T): T[] {
+    if (!this.accept('{')) return [item()];
+    this.optnl();
+    const out: T[] = [];
+    while (!this.isPunct('}')) {
+      if (this.lexer.peek().kind === 'eof') this.fail(this.lexer.peek());
+      out.push(item());
+      this.accept(',');
+      this.optnl();
+    }
+    this.expect('}');
+    return out;
+  }
+
+  private checkOrder(state: number, line: number): void {
+    if (this.requireOrder && this.ruleState > state) {
       throw new PfConfSyntaxError(line, ORDER_MESSAGE);
+    }
     this.ruleState = state;
   }
 
   private statement(): void {
     const token = this.lexer.peek();
-    if (token.kind === 'word' && !KEYWORDS.has(token.text) && this.isPunct('=', 1)) {
-      this.macroDefinition();
+    if (this.isString() && this.isPunct('=', 1)) {
+      this.varset();
       return;
     }
     if (token.kind !== 'word') this.fail(token);
     switch (token.text) {
+      case 'include':
+        this.include();
+        return;
       case 'set':
         this.option();
         return;
@@ -499,35 +667,58 @@ class Parser {
         this.anchorRule();
         return;
       case 'scrub':
-        this.scrubRule();
+        this.scrubRule(false);
         return;
       case 'nat':
       case 'rdr':
-      case 'binat':
         this.translationRule(false);
         return;
+      case 'binat':
+        this.binatRule(false);
+        return;
       case 'no':
-        if (this.isWord('nat', 1) || this.isWord('rdr', 1) || this.isWord('binat', 1)) {
-          this.lexer.next();
-          this.translationRule(true);
-          return;
-        }
-        return this.fail(token);
+        this.lexer.next();
+        if (this.isWord('scrub')) this.scrubRule(true);
+        else if (this.isWord('nat') || this.isWord('rdr')) this.translationRule(true);
+        else if (this.isWord('binat')) this.binatRule(true);
+        else this.fail(this.lexer.peek());
+        return;
       case 'pass':
       case 'block':
         this.filterRule();
         return;
+      case 'antispoof':
+        notModelled(token.line, 'antispoof');
+        break;
+      case 'altq':
+      case 'queue':
+        notModelled(token.line, 'queueing (altq, queue)');
+        break;
       default:
         this.fail(token);
     }
   }
 
-  private macroDefinition(): void {
+  /** parse.y varset: `name = value [value ...]`, the words joined by a space. */
+  private varset(): void {
     const name = this.lexer.next();
     this.expect('=');
-    const value = this.lexer.next();
-    if (value.kind !== 'string' && value.kind !== 'word') this.fail(value);
-    this.macros.set(name.text, value.text);
+    const first = this.numberString();
+    let value = first.text;
+    while (this.lexer.peek().kind === 'number' || this.isString()) {
+      value += ` ${this.lexer.next().text}`;
+    }
+    this.macros.set(name.text, value);
+  }
+
+  private include(): void {
+    const start = this.expect('include');
+    const file = this.string();
+    const text = this.readFile?.(file.text);
+    if (text === undefined) {
+      this.fail(start, `failed to include file ${file.text}`);
+    }
+    this.lexer.include(text, file.text);
   }
 
   private option(): void {
@@ -549,21 +740,114 @@ class Parser {
       'state-defaults',
     ]);
     if (name.kind !== 'word' || !known.has(name.text)) this.fail(name);
-    this.checkOrder(RULE_STATE.option, set.line);
     const value: string[] = [];
-    while (this.lexer.peek().kind !== 'nl' && this.lexer.peek().kind !== 'eof') {
-      value.push(this.lexer.next().text);
+    const order = (): void => {
+      this.checkOrder(RULE_STATE.option, set.line);
+    };
+    switch (name.text) {
+      case 'optimization': {
+        order();
+        const hint = this.string();
+        if (!HINTS.has(hint.text)) this.fail(hint, `unknown optimization ${hint.text}`);
+        value.push(hint.text);
+        break;
+      }
+      case 'ruleset-optimization': {
+        const level = this.string();
+        if (!['none', 'basic', 'profile'].includes(level.text)) {
+          this.fail(level, `unknown ruleset-optimization ${level.text}`);
+        }
+        value.push(level.text);
+        break;
+      }
+      case 'timeout':
+      case 'limit': {
+        order();
+        const one = (): void => {
+          const key = this.string();
+          const n = this.number();
+          if (name.text === 'timeout' && !TIMEOUTS.has(key.text)) {
+            this.fail(key, `unknown timeout ${key.text}`);
+          }
+          if (name.text === 'limit' && !LIMITS.has(key.text)) {
+            this.fail(key, `unable to set limit ${key.text} ${n}`);
+          }
+          value.push(key.text, String(n));
+        };
+        this.list(one);
+        break;
+      }
+      case 'loginterface': {
+        order();
+        const iface = this.lexer.next();
+        if (!(iface.kind === 'word' && iface.text === 'all') && !this.isStringToken(iface)) {
+          this.fail(iface);
+        }
+        value.push(iface.text);
+        break;
+      }
+      case 'hostid': {
+        order();
+        const n = this.lexer.peek().kind === 'number' ? this.number() : Number(this.string().text);
+        if (!Number.isInteger(n) || n === 0 || n > 0xffffffff) {
+          this.fail(set, 'hostid must be non-zero');
+        }
+        value.push(String(n));
+        break;
+      }
+      case 'block-policy': {
+        order();
+        if (this.accept('drop')) this.blockPolicy = { kind: 'drop' };
+        else if (this.accept('return')) this.blockPolicy = { kind: 'return' };
+        else this.fail(this.lexer.peek());
+        value.push(this.blockPolicy.kind);
+        break;
+      }
+      case 'require-order': {
+        const answer = this.lexer.next();
+        if (answer.kind === 'word' && answer.text === 'no') this.requireOrder = false;
+        else if (this.isStringToken(answer) && answer.text === 'yes') this.requireOrder = true;
+        else this.fail(answer, `invalid value '${answer.text}', expected 'yes' or 'no'`);
+        value.push(this.requireOrder ? 'yes' : 'no');
+        break;
+      }
+      case 'fingerprints':
+        notModelled(set.line, 'OS fingerprints (set fingerprints)');
+        break;
+      case 'state-policy': {
+        if (this.accept('if-bound')) this.statePolicy = 'if-bound';
+        else if (this.accept('floating')) this.statePolicy = 'floating';
+        else this.fail(this.lexer.peek());
+        value.push(this.statePolicy);
+        break;
+      }
+      case 'debug': {
+        order();
+        const level = this.string();
+        if (!['none', 'urgent', 'misc', 'loud'].includes(level.text)) {
+          this.fail(level, `error setting debuglevel ${level.text}`);
+        }
+        value.push(level.text);
+        break;
+      }
+      case 'skip': {
+        const interfaces = this.interfaceSpec();
+        if (interfaces === null) this.fail(this.lexer.peek());
+        for (const i of interfaces) {
+          if (i.negated) this.fail(set, 'skip on ! <interface> is not supported');
+          value.push(i.name);
+        }
+        break;
+      }
+      case 'state-defaults':
+        value.push(...this.stateOptionList().options);
+        break;
     }
-    if (name.text === 'require-order') {
-      if (value[0] !== 'yes' && value[0] !== 'no') this.fail(set);
-      this.requireOrder = value[0] === 'yes';
-    }
-    if (name.text === 'block-policy' && value[0] !== 'drop' && value[0] !== 'return')
-      this.fail(set);
-    if (name.text === 'state-policy' && value[0] !== 'if-bound' && value[0] !== 'floating')
-      this.fail(set);
-    if (name.text === 'skip' && value[0] !== 'on') this.fail(set);
     this.options.push({ line: set.line, name: name.text, value });
+  }
+
+  private isStringToken(token: Token): boolean {
+    return token.kind === 'string' || (token.kind === 'word' && !KEYWORDS.has(token.text));
   }
 
   private table(): void {
@@ -571,32 +855,48 @@ class Parser {
     this.expect('<');
     const name = this.string();
     this.expect('>');
+    if (name.text.length > TABLE_NAME_MAX) {
+      this.fail(name, `table name too long, max ${TABLE_NAME_MAX} chars`);
+    }
     let persist = false;
     let constant = false;
     let counters = false;
-    const entries: PfTableEntry[] = [];
+    const entries: PfTableItem[] = [];
     const files: string[] = [];
     for (;;) {
-      if (this.accept('persist')) persist = true;
-      else if (this.accept('const')) constant = true;
-      else if (this.accept('counters')) counters = true;
-      else if (this.accept('file')) files.push(this.string().text);
-      else if (this.isPunct('{')) {
+      if (this.isWord('file')) {
         this.lexer.next();
-        this.skipNewlines();
+        files.push(this.string().text);
+      } else if (this.isPunct('{')) {
+        this.lexer.next();
+        this.optnl();
         while (!this.isPunct('}')) {
-          const negated = this.accept('!');
-          const token = this.lexer.peek();
-          const prefix = this.prefix();
-          if (prefix === undefined) {
-            // F93 parse.y:1411-1419: no ranges or dynamic interface addresses in a table.
-            this.fail(token, `invalid address in table <${name.text}>: "${token.text}"`);
+          for (const host of this.hostListItem()) {
+            const kind = host.address.kind;
+            if (kind === 'range') {
+              this.fail(start, 'address ranges are not permitted inside tables');
+            }
+            if (kind === 'interface' && host.address.dynamic) {
+              this.fail(start, 'dynamic addresses are not permitted inside tables');
+            }
+            if (kind === 'table') this.fail(start, 'tables cannot contain tables');
+            if (kind === 'no-route') this.fail(start, '"no-route" is not permitted inside tables');
+            if (kind === 'urpf-failed') {
+              this.fail(start, '"urpf-failed" is not permitted inside tables');
+            }
+            if (kind === 'any') this.fail(start);
+            entries.push({ negated: host.negated, address: host.address });
           }
-          entries.push({ negated, prefix });
           this.accept(',');
-          this.skipNewlines();
+          this.optnl();
         }
         this.expect('}');
+      } else if (this.isString()) {
+        const option = this.lexer.next();
+        if (option.text === 'persist') persist = true;
+        else if (option.text === 'const') constant = true;
+        else if (option.text === 'counters') counters = true;
+        else this.fail(option, `invalid table option '${option.text}'`);
       } else break;
     }
     this.tables.push({
@@ -610,33 +910,12 @@ class Parser {
     });
   }
 
-  /** An address with an optional `/bits`, written as one word or `word / number`. */
-  private prefix(): Prefix | undefined {
-    const token = this.lexer.peek();
-    if (token.kind !== 'word' && token.kind !== 'string') return undefined;
-    let text = token.text;
-    if (this.isPunct('/', 1)) {
-      const bits = this.lexer.peek(2);
-      if (bits.kind !== 'word' || !/^\d+$/.test(bits.text)) return undefined;
-      text = `${text}/${bits.text}`;
-    }
-    const prefix = parsePrefix(text.includes('/') ? text : hostPrefix(text));
-    if (prefix === undefined) return undefined;
-    this.lexer.next();
-    if (text !== token.text) {
-      this.lexer.next();
-      this.lexer.next();
-    }
-    return prefix;
-  }
-
   private loadAnchor(): void {
     const start = this.expect('load');
     this.expect('anchor');
-    const anchor = this.string();
+    const anchor = this.strings();
     this.expect('from');
-    const file = this.string();
-    checkAnchorName(anchor);
+    const file = this.strings();
     this.loadAnchors.push({ line: start.line, anchor: anchor.text, file: file.text });
   }
 
@@ -651,41 +930,42 @@ class Parser {
       'dummynet-anchor': 'dummynet',
     };
     const ruleset = rulesets[keyword.text] ?? 'filter';
-    const nameToken = this.string();
-    checkAnchorName(nameToken);
-    const state: RuleState =
-      ruleset === 'filter'
-        ? RULE_STATE.filter
-        : ruleset === 'scrub'
-          ? RULE_STATE.scrub
-          : ruleset === 'dummynet'
-            ? RULE_STATE.dummynet
-            : RULE_STATE.nat;
-    const wildcard = nameToken.text.endsWith('/*');
-    const name = wildcard ? nameToken.text.slice(0, -2) : nameToken.text;
-    if (name.includes('*')) this.fail(nameToken, 'wildcard anchor names must end with "/*"');
-    const direction = this.direction();
+    // `anchor` takes an optional name (an inline anchor may be unnamed); the others a string.
+    const nameToken = ruleset === 'filter' && !this.isString() ? null : this.strings();
+    const name = nameToken?.text ?? '';
+    if (name.startsWith('_') || name.includes('/_')) {
+      this.fail(keyword, "anchor names beginning with '_' are reserved for internal use");
+    }
+    const wildcard = name.endsWith('/*');
+    const path = wildcard ? name.slice(0, -2) : name;
+    if (path.includes('*')) this.fail(keyword, 'wildcard anchor names must end with "/*"');
+    const direction = ruleset === 'filter' ? this.direction() : null;
+    const quick = ruleset === 'filter' ? this.accept('quick') : false;
     const interfaces = this.interfaceSpec();
     const family = this.family();
     const protocols = this.protocols();
-    const { from, to } = this.hosts();
+    const { from, to } = this.fromTo();
     let tagged: PfTagged | null = null;
     let label: string | null = null;
-    for (;;) {
-      if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
-        tagged = this.tagged();
-      } else if (this.accept('label')) {
-        label = this.string().text;
-      } else break;
+    if (ruleset === 'filter') {
+      const opts = this.filterOptions(keyword);
+      if (opts.state !== null) this.fail(keyword, 'cannot specify state handling on anchors');
+      tagged = opts.tagged;
+      label = opts.label;
+    } else if (this.accept('rtable')) {
+      this.number();
     }
-    if (this.isPunct('{')) this.fail(this.lexer.peek(), 'inline anchors are not modelled');
+    if (this.isPunct('{')) notModelled(keyword.line, 'inline anchors (anchor … { rules })');
+    if (nameToken === null)
+      this.fail(keyword, 'anchors without explicit rules must specify a name');
     const rule: PfAnchorRule = {
       kind: 'anchor',
       line: keyword.line,
       ruleset,
-      name,
+      name: path,
       wildcard,
       direction,
+      quick,
       interfaces,
       family,
       protocols,
@@ -694,66 +974,122 @@ class Parser {
       tagged,
       label,
     };
-    // pfctl checks the order in the rule's action, once the rule has parsed (F93 parse.y).
+    const state =
+      ruleset === 'filter'
+        ? RULE_STATE.filter
+        : ruleset === 'scrub'
+          ? RULE_STATE.scrub
+          : ruleset === 'dummynet'
+            ? RULE_STATE.dummynet
+            : RULE_STATE.nat;
     this.checkOrder(state, keyword.line);
     this.rules.push(rule);
   }
 
-  private scrubRule(): void {
+  /** parse.y scrubrule: `[no] scrub dir logquick interface af proto fromto scrub_opts`. */
+  private scrubRule(no: boolean): void {
     const start = this.expect('scrub');
     const direction = this.direction();
+    const { log, quick } = this.logQuick();
+    if (quick) this.fail(start, "scrub rules do not support 'quick'");
     const interfaces = this.interfaceSpec();
     const family = this.family();
     const protocols = this.protocols();
-    const { from, to } = this.hosts();
-    const words: string[] = [];
-    while (this.lexer.peek().kind !== 'nl' && this.lexer.peek().kind !== 'eof') {
-      words.push(this.lexer.next().text);
+    const { from, to } = this.fromTo();
+    const options: string[] = [];
+    const seen = new Set<string>();
+    const once = (what: string): void => {
+      if (seen.has(what)) this.fail(start, `${what} cannot be respecified`);
+      seen.add(what);
+    };
+    let fragments: PfScrubRule['fragments'] = 'reassemble';
+    let reassembleTcp = false;
+    for (;;) {
+      if (this.accept('no-df')) {
+        once('no-df');
+        options.push('no-df');
+      } else if (this.accept('min-ttl')) {
+        once('min-ttl');
+        const n = this.number();
+        if (n < 0 || n > 255) this.fail(start, `illegal min-ttl value ${n}`);
+        options.push(`min-ttl ${n}`);
+      } else if (this.accept('max-mss')) {
+        once('max-mss');
+        const n = this.number();
+        if (n < 0 || n > 65535) this.fail(start, `illegal max-mss value ${n}`);
+        options.push(`max-mss ${n}`);
+      } else if (this.accept('set-tos')) {
+        once('set-tos');
+        options.push(`set-tos 0x${this.tos().toString(16).padStart(2, '0')}`);
+      } else if (this.accept('fragment')) {
+        once('fragcache');
+        // F93 parse.y fragcache: reassemble, crop or drop-ovl; nothing else (no `no reassemble`).
+        if (this.accept('reassemble')) fragments = 'reassemble';
+        else if (this.accept('crop')) fragments = 'crop';
+        else if (this.accept('drop-ovl')) fragments = 'drop-ovl';
+        else this.fail(this.lexer.peek());
+      } else if (this.accept('reassemble')) {
+        const what = this.string();
+        if (what.text.toLowerCase() !== 'tcp') {
+          this.fail(what, `scrub reassemble supports only tcp, not '${what.text}'`);
+        }
+        once('reassemble tcp');
+        reassembleTcp = true;
+      } else if (this.accept('random-id')) {
+        once('random-id');
+        options.push('random-id');
+      } else if (this.accept('rtable')) {
+        options.push(`rtable ${this.number()}`);
+      } else if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
+        const tagged = this.tagged();
+        options.push(`${tagged.negated ? '! ' : ''}tagged ${tagged.name}`);
+      } else break;
+    }
+    if (reassembleTcp) {
+      if (direction !== null) this.fail(start, 'reassemble tcp rules can not specify direction');
+      options.unshift('reassemble tcp');
     }
     const rule: PfScrubRule = {
       kind: 'scrub',
       line: start.line,
+      no,
       direction,
+      log,
       interfaces,
       family,
       protocols,
       from,
       to,
-      options: words.join(' '),
+      fragments,
+      options,
     };
     this.checkOrder(RULE_STATE.scrub, start.line);
     this.rules.push(rule);
   }
 
+  /** parse.y natrule: `[no] nat|rdr [pass] [log] interface af proto fromto tag tagged rtable -> …`. */
   private translationRule(no: boolean): void {
     const keyword = this.lexer.next();
-    const kind = keyword.text as 'nat' | 'rdr' | 'binat';
-    let pass = false;
-    let log = false;
-    if (this.accept('pass')) {
-      pass = true;
-      if (this.accept('log')) log = true;
-    }
+    const kind = keyword.text as 'nat' | 'rdr';
+    const { pass, log } = this.natPassLog(no, keyword);
     const interfaces = this.interfaceSpec();
     const family = this.family();
     const protocols = this.protocols();
-    const { from, to } = this.hosts();
+    const { from, to } = this.fromTo();
     let tag: string | null = null;
+    if (this.accept('tag')) tag = this.tagName(keyword);
     let tagged: PfTagged | null = null;
-    for (;;) {
-      if (this.accept('tag')) tag = this.string().text;
-      else if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1)))
-        tagged = this.tagged();
-      else break;
+    if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
+      tagged = this.tagged();
     }
+    if (this.accept('rtable')) this.number();
     let redirect: PfRedirect | null = null;
     if (this.isPunct('->')) {
       const arrow = this.lexer.next();
-      // F93 parse.y natrule: "translation rule with 'no' does not need '->'".
-      if (no) this.fail(arrow, `translation rule with 'no' does not need '->'`);
-      redirect = this.redirect(kind);
+      if (no) this.fail(arrow, "translation rule with 'no' does not need '->'");
+      redirect = this.redirection(kind, keyword);
     } else if (!no) {
-      this.fail(this.lexer.peek(), `translation rule requires '-> address'`);
+      this.fail(keyword, "translation rule requires '-> address'");
     }
     const rule: PfTranslationRule = {
       kind,
@@ -774,122 +1110,202 @@ class Parser {
     this.rules.push(rule);
   }
 
-  private redirect(kind: 'nat' | 'rdr' | 'binat'): PfRedirect {
+  /** parse.y binatrule: `[no] binat natpasslog interface af proto FROM host toipspec … -> host`. */
+  private binatRule(no: boolean): void {
+    const keyword = this.expect('binat');
+    const { pass, log } = this.natPassLog(no, keyword);
+    const interfaces = this.interfaceSpec();
+    if (interfaces !== null && interfaces.length > 1) this.fail(keyword);
+    const family = this.family();
+    const protocols = this.protocols();
+    if (protocols !== null && protocols.length > 1) this.fail(keyword);
+    this.expect('from');
+    const source = this.host();
+    let destination: PfHost[] = [{ negated: false, address: { kind: 'any' } }];
+    if (this.accept('to')) destination = this.ipspec();
+    let tag: string | null = null;
+    if (this.accept('tag')) tag = this.tagName(keyword);
+    let tagged: PfTagged | null = null;
+    if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
+      tagged = this.tagged();
+    }
+    if (this.accept('rtable')) this.number();
+    let redirect: PfRedirect | null = null;
+    if (this.accept('->')) {
+      if (no) this.fail(keyword, "'no binat' rule does not need '->'");
+      const hosts = this.host();
+      if (hosts.length !== 1) this.fail(keyword, 'binat rule must redirect to a single address');
+      redirect = {
+        hosts: hosts.map((h) => h.address),
+        port: null,
+        staticPort: false,
+        pool: { type: null, stickyAddress: false },
+      };
+    } else if (!no) {
+      this.fail(keyword, "'binat' rule requires '-> address'");
+    }
+    if (source.length !== 1) this.fail(keyword, 'multiple binat ip addresses');
+    const rule: PfTranslationRule = {
+      kind: 'binat',
+      line: keyword.line,
+      no,
+      pass,
+      log,
+      interfaces,
+      family,
+      protocols,
+      from: { hosts: source, ports: null },
+      to: { hosts: destination, ports: null },
+      tag,
+      tagged,
+      redirect,
+    };
+    this.checkOrder(RULE_STATE.nat, keyword.line);
+    this.rules.push(rule);
+  }
+
+  private natPassLog(no: boolean, keyword: Token): { pass: boolean; log: PfLog | null } {
+    const pass = this.accept('pass');
+    if (no && pass) this.fail(keyword, '"pass" not valid with "no"');
+    const log = this.isWord('log') ? this.log() : null;
+    return { pass, log };
+  }
+
+  /** `-> redirspec [port portstar] pool_opts` (F93 parse.y redirpool and the natrule checks). */
+  private redirection(kind: 'nat' | 'rdr', keyword: Token): PfRedirect {
     const hosts: PfAddress[] = [];
+    const addHosts = (list: PfHost[]): void => {
+      for (const h of list) hosts.push(h.address);
+    };
     if (this.accept('{')) {
-      this.skipNewlines();
+      this.optnl();
       while (!this.isPunct('}')) {
-        hosts.push(this.redirectHost());
+        addHosts(this.host());
         this.accept(',');
-        this.skipNewlines();
+        this.optnl();
       }
       this.expect('}');
     } else {
-      hosts.push(this.redirectHost());
+      addHosts(this.host());
     }
     let port: PfPort | null = null;
-    let staticPort = false;
-    for (;;) {
-      if (this.isWord('port')) {
-        const portToken = this.lexer.next();
-        if (kind === 'binat') this.fail(portToken);
-        const value = this.lexer.next();
-        port = parsePortValue(value.text, value.line);
-        if (this.isPunct(':')) {
-          this.lexer.next();
-          const high = this.lexer.next();
-          port = { op: ':', low: port.low, high: parsePortValue(high.text, high.line).low };
-        }
-      } else if (this.accept('static-port')) staticPort = true;
-      else if (
-        this.accept('round-robin') ||
-        this.accept('random') ||
-        this.accept('bitmask') ||
-        this.accept('sticky-address')
-      ) {
-        // Pool options: the model translates to the first address of the pool.
-      } else if (this.accept('source-hash')) {
-        if (this.lexer.peek().kind === 'word' && /^0x[0-9a-f]+$/i.test(this.lexer.peek().text))
-          this.lexer.next();
-      } else if (this.isWord('extfilter') || this.isWord('extmap')) {
-        // Apple's NAT mapping/filtering extension, as Internet Sharing's live rules print it
-        // (`-> (en0:0) extfilter ei`, NOTES §1): parsed, not evaluated.
-        this.lexer.next();
-        this.lexer.next();
-      } else break;
+    if (this.accept('port')) {
+      const range = this.portRange(true);
+      port = {
+        op: range.kind === 'single' ? '=' : ':',
+        low: range.low,
+        high: range.kind === 'star' ? 0 : range.high,
+      };
     }
-    return { hosts, port, staticPort };
+    const pool = this.poolOptions();
+    // Apple's NAT mapping and filtering extension, as Internet Sharing's live rules print it
+    // (`-> (en0:0) extfilter ei`, NOTES §1): parsed, not evaluated.
+    while (this.isWord('extfilter') || this.isWord('extmap')) {
+      this.lexer.next();
+      this.string();
+    }
+    const multiAddress =
+      hosts.length > 1 ||
+      hosts.some((h) => h.kind === 'table' || (h.kind === 'interface' && isMultiAddress(h)));
+    const type = pool.type ?? (multiAddress ? 'round-robin' : null);
+    if (type !== 'round-robin') {
+      const table = hosts.find((h) => h.kind === 'table');
+      if (table !== undefined) {
+        this.fail(keyword, 'tables are only supported in round-robin redirection pools');
+      }
+      const alias = hosts.find((h) => h.kind === 'interface' && isMultiAddress(h));
+      if (alias !== undefined) {
+        this.fail(
+          keyword,
+          `interface (${alias.kind === 'interface' ? alias.name : ''}) is only supported in round-robin redirection pools`,
+        );
+      }
+      if (hosts.length > 1) {
+        this.fail(keyword, 'only round-robin valid for multiple redirection addresses');
+      }
+    }
+    if (pool.staticPort) {
+      if (kind !== 'nat')
+        this.fail(keyword, "the 'static-port' option is only valid with nat rules");
+      if (port !== null) {
+        this.fail(keyword, "the 'static-port' option can't be used when specifying a port range");
+      }
+    }
+    return {
+      hosts,
+      port,
+      staticPort: pool.staticPort,
+      pool: { type, stickyAddress: pool.stickyAddress },
+    };
   }
 
-  private redirectHost(): PfAddress {
-    if (this.isPunct('(')) return this.dynamicInterface();
-    const token = this.lexer.peek();
-    const prefix = this.prefix();
-    if (prefix !== undefined) return { kind: 'prefix', prefix };
-    if (token.kind === 'word' && !KEYWORDS.has(token.text)) {
-      this.lexer.next();
-      return interfaceAddress(token.text, false);
+  private poolOptions(): { type: PfPool['type']; stickyAddress: boolean; staticPort: boolean } {
+    let type: PfPool['type'] = null;
+    let stickyAddress = false;
+    let staticPort = false;
+    for (;;) {
+      const token = this.lexer.peek();
+      const setType = (t: NonNullable<PfPool['type']>): void => {
+        if (type !== null) this.fail(token, 'pool type cannot be redefined');
+        type = t;
+      };
+      if (this.accept('bitmask')) setType('bitmask');
+      else if (this.accept('random')) setType('random');
+      else if (this.accept('round-robin')) setType('round-robin');
+      else if (this.accept('source-hash')) {
+        setType('source-hash');
+        if (this.isString()) {
+          const key = this.strings();
+          if (key.text.startsWith('0x') && key.text.length !== 34) {
+            this.fail(key, 'hex key must be 128 bits (32 hex digits) long');
+          }
+        }
+      } else if (this.accept('static-port')) {
+        if (staticPort) this.fail(token, 'static-port cannot be redefined');
+        staticPort = true;
+      } else if (this.accept('sticky-address')) {
+        stickyAddress = true;
+      } else break;
     }
-    return this.fail(token);
+    return { type, stickyAddress, staticPort };
   }
 
   private filterRule(): void {
     const actionToken = this.lexer.next();
     const action = actionToken.text as 'pass' | 'block';
-    let blockPolicy: 'drop' | 'return' | null = null;
-    if (action === 'block') {
-      if (this.accept('drop')) blockPolicy = 'drop';
-      else if (this.accept('return')) blockPolicy = 'return';
-    }
+    const blockPolicy = action === 'block' ? this.blockSpec() : null;
     const direction = this.direction();
-    let log = false;
-    if (this.accept('log')) log = true;
-    const quick = this.accept('quick');
+    const { log, quick } = this.logQuick();
     const interfaces = this.interfaceSpec();
     const route = this.route();
     const family = this.family();
     const protocols = this.protocols();
-    const { from, to } = this.hosts();
-    let flags: PfFilterRule['flags'] = null;
-    let icmpTypes: PfIcmpType[] | null = null;
-    let state: PfStateMode | null = null;
-    let stateBinding: PfStateBinding | null = null;
-    let tag: string | null = null;
-    let tagged: PfTagged | null = null;
-    let label: string | null = null;
-    for (;;) {
-      const token = this.lexer.peek();
-      if (this.accept('flags')) {
-        flags = this.flags();
-      } else if (this.isWord('icmp-type') || this.isWord('icmp6-type')) {
-        const six = this.lexer.next().text === 'icmp6-type';
-        icmpTypes = this.icmpTypes(six ? ICMP6_TYPES : ICMP_TYPES);
-      } else if (this.isWord('keep') || this.isWord('modulate') || this.isWord('synproxy')) {
-        state = this.lexer.next().text as PfStateMode;
-        this.expect('state');
-        stateBinding = this.stateOptions() ?? stateBinding;
-      } else if (this.isWord('no') && this.isWord('state', 1)) {
-        this.lexer.next();
-        this.lexer.next();
-        state = 'no';
-      } else if (this.accept('tag')) {
-        tag = this.string().text;
-      } else if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
-        tagged = this.tagged();
-      } else if (this.accept('label')) {
-        label = this.string().text;
-      } else if (this.accept('rtable')) {
-        const value = this.lexer.next();
-        if (!/^\d+$/.test(value.text)) this.fail(value);
-      } else if (this.accept('allow-opts') || this.accept('fragment')) {
-        // Accepted; the evaluator has no IP options or fragments.
-      } else {
-        if (token.kind === 'word' && (token.text === 'route-to' || token.text === 'reply-to')) {
-          // route-to comes before the address family and hosts (NOTES §1, parse.y:1842).
-          this.fail(token);
-        }
-        break;
+    const { from, to } = this.fromTo();
+    const opts = this.filterOptions(actionToken);
+    const flags = opts.flags;
+    if (flags !== null && flags !== 'any') {
+      // TCP flag letters are ASCII: splitting by code unit is exact.
+      if (flags.set.split('').some((f) => !flags.mask.includes(f))) {
+        this.fail(actionToken, 'flags always false');
       }
+      if (protocols !== null && !protocols.includes(6)) {
+        this.fail(actionToken, 'flags only apply to tcp');
+      }
+    }
+    if (route !== null && route.kind !== 'fastroute' && direction === null) {
+      this.fail(actionToken, 'direction must be explicit with rules that specify routing');
+    }
+    if (route !== null && route.kind !== 'fastroute') {
+      // FreeBSD's pfctl (2023) refuses routing on block rules; F93 takes it and pf never uses
+      // it (only a pass rule routes, XNU pf.c pf_test: `else if (r->rt)` for PF_PASS). The
+      // model refuses it: a model stricter than pfctl only ever refuses what it cannot check.
+      if (action === 'block') {
+        this.fail(actionToken, 'route-to, reply-to and dup-to are not supported on block rules');
+      }
+    }
+    const state = opts.state;
+    if (action === 'block' && state !== null && state !== 'no') {
+      this.fail(actionToken, "keep state on block rules doesn't make sense");
     }
     const rule: PfFilterRule = {
       kind: 'filter',
@@ -905,16 +1321,69 @@ class Parser {
       protocols,
       from,
       to,
-      flags,
-      icmpTypes,
+      flags: opts.flags,
+      icmpTypes: opts.icmpTypes,
       state,
-      stateBinding,
-      tag,
-      tagged,
-      label,
+      // `set state-policy if-bound` binds the states of the rules after it (F93 parse.y pfrule:
+      // `r.rule_flag |= default_statelock` where no state option says otherwise).
+      stateBinding:
+        opts.stateBinding ??
+        ((state ?? (action === 'pass' ? 'keep' : 'no')) !== 'no' && this.statePolicy === 'if-bound'
+          ? 'if-bound'
+          : null),
+      stateOptions: opts.stateOptions,
+      tag: opts.tag,
+      tagged: opts.tagged,
+      label: opts.label,
+      probability: opts.probability,
+      tos: opts.tos,
+      rtable: opts.rtable,
+      allowOpts: opts.allowOpts,
+      fragment: opts.fragment,
     };
     this.checkOrder(RULE_STATE.filter, actionToken.line);
     this.rules.push(rule);
+  }
+
+  /** parse.y blockspec. */
+  private blockSpec(): PfBlockPolicy {
+    if (this.accept('drop')) return { kind: 'drop' };
+    if (this.accept('return')) return { kind: 'return' };
+    if (this.accept('return-rst')) {
+      if (!this.accept('(')) return { kind: 'return-rst', ttl: null };
+      this.expect('ttl');
+      const ttl = this.number();
+      this.expect(')');
+      if (ttl < 0 || ttl > 255) this.fail(this.lexer.peek(), `illegal ttl value ${ttl}`);
+      return { kind: 'return-rst', ttl };
+    }
+    const six = this.isWord('return-icmp6');
+    if (this.accept('return-icmp') || this.accept('return-icmp6')) {
+      if (!this.accept('(')) return { kind: 'return-icmp', icmp: RETURN_ICMP, icmp6: RETURN_ICMP6 };
+      const first = this.icmpSpec(six ? 6 : 4);
+      let second: number | null = null;
+      if (!six && (this.accept(',') || !this.isPunct(')'))) second = this.icmpSpec(6);
+      this.expect(')');
+      return six
+        ? { kind: 'return-icmp', icmp: RETURN_ICMP, icmp6: first }
+        : { kind: 'return-icmp', icmp: first, icmp6: second ?? RETURN_ICMP };
+    }
+    return this.blockPolicy;
+  }
+
+  /** parse.y reticmpspec / parseicmpspec: a code of the default unreach type, by name or number. */
+  private icmpSpec(family: 4 | 6): number {
+    const type = family === 4 ? RETURN_ICMP >> 8 : RETURN_ICMP6 >> 8;
+    const token = this.lexer.next();
+    let code: number;
+    if (token.kind === 'number') code = Number(token.text);
+    else if (this.isStringToken(token)) {
+      const named = icmpCodeByName(type, token.text, family);
+      if (named === undefined) this.fail(token, `unknown icmp code ${token.text}`);
+      code = named;
+    } else return this.fail(token);
+    if (code > 255) this.fail(token, `invalid icmp code ${code}`);
+    return (type << 8) | code;
   }
 
   private direction(): 'in' | 'out' | null {
@@ -923,74 +1392,101 @@ class Parser {
     return null;
   }
 
-  private interfaceSpec(): PfInterfaceSpec[] | null {
-    if (!this.accept('on')) return null;
-    const one = (): PfInterfaceSpec => {
-      const negated = this.accept('!');
-      const name = this.string();
-      return { negated, name: name.text };
-    };
-    if (this.accept('{')) {
-      const list: PfInterfaceSpec[] = [];
-      this.skipNewlines();
-      while (!this.isPunct('}')) {
-        list.push(one());
-        this.accept(',');
-        this.skipNewlines();
-      }
-      this.expect('}');
-      return list;
-    }
-    return [one()];
+  /** parse.y logquick: `log`, `quick`, `log quick`, `quick log`. */
+  private logQuick(): { log: PfLog | null; quick: boolean } {
+    let log: PfLog | null = null;
+    let quick = false;
+    if (this.isWord('log')) log = this.log();
+    if (this.accept('quick')) quick = true;
+    if (log === null && quick && this.isWord('log')) log = this.log();
+    return { log, quick };
   }
 
+  /** parse.y log / logopts: `log`, `log (all, user, to pflogN)`. */
+  private log(): PfLog {
+    this.expect('log');
+    const out = { all: false, user: false, to: 0 };
+    if (!this.accept('(')) return out;
+    do {
+      if (this.accept('all')) out.all = true;
+      else if (this.accept('user') || this.accept('group')) out.user = true;
+      else if (this.accept('to')) {
+        const name = this.strings();
+        if (!name.text.startsWith('pflog')) {
+          this.fail(name, `${name.text}: should be a pflog interface`);
+        }
+        const n = Number(name.text.slice(5));
+        if (!/^\d+$/.test(name.text.slice(5)) || n > 255) {
+          this.fail(name, `${name.text}: invalid`);
+        }
+        out.to = n;
+      } else this.fail(this.lexer.peek());
+    } while (this.accept(','));
+    this.expect(')');
+    return out;
+  }
+
+  private interfaceSpec(): PfInterfaceSpec[] | null {
+    if (!this.accept('on')) return null;
+    return this.list(() => {
+      const negated = this.accept('!');
+      const name = this.string();
+      if (name.text.length > IFNAME_MAX) this.fail(name, 'interface name too long');
+      return { negated, name: name.text };
+    });
+  }
+
+  /** parse.y route: `fastroute`, or `route-to|reply-to|dup-to routespec pool_opts`. */
   private route(): PfRoute | null {
     const token = this.lexer.peek();
-    if (token.kind !== 'word') return null;
-    if (token.text === 'fastroute') {
-      this.lexer.next();
-      return { kind: 'fastroute', targets: [] };
+    if (this.accept('fastroute')) {
+      return { kind: 'fastroute', targets: [], pool: { type: null, stickyAddress: false } };
     }
-    if (token.text !== 'route-to' && token.text !== 'reply-to' && token.text !== 'dup-to')
+    if (!this.isWord('route-to') && !this.isWord('reply-to') && !this.isWord('dup-to')) {
       return null;
+    }
     this.lexer.next();
-    const kind = token.text;
-    const targets: { interface: string; address: Prefix | null }[] = [];
-    const host = (): void => {
-      // parse.y `route_host : STRING | '(' STRING host ')'` (OpenBSD parse.y 1.291 of 2003,
-      // 1.449 of 2004, F93 parse.y:4205-4218): a bare interface name, or one with an address in
-      // parentheses. `(ifname)` alone is a syntax error (after `( STRING` the grammar wants a
-      // host, and `)` starts none); only the 2002 grammar (1.199) had `'(' STRING ')'`, and
-      // pf.conf(5)'s `"(" interface-name [ address ] ")"` (F93 pf.conf.5:2959) is the man
-      // page's, not the parser's (Daniel Hartmeier on freebsd-pf, 2011-09-08, "route-to rule":
-      // the BNF is wrong there; parentheses go with an address, and without one are refused).
-      let name: Token;
-      let address: Prefix | null = null;
-      if (this.accept('(')) {
-        name = this.string();
-        const addressToken = this.lexer.peek();
-        address = this.prefix() ?? this.fail(addressToken);
-        this.expect(')');
-      } else {
-        name = this.string();
-      }
-      // Both actions check the interface as they reduce (1.291, 1.449: `if (ifa_exists(ifname)
-      // == NULL) yyerror("routeto: unknown interface %s")`), so `-n` refuses it too. F93's
-      // parse.y has dropped the check; the model keeps it, the stricter of the two, since
-      // Apple's pfctl is closed (docs/macos.md, "route-to and pfctl's grammar").
-      if (this.interfaces !== undefined && !this.interfaces.has(name.text)) {
-        this.fail(name, `routeto: unknown interface ${name.text}`);
-      }
-      targets.push({ interface: name.text, address });
-    };
-    if (this.accept('{')) {
-      while (!this.isPunct('}')) {
-        host();
-        this.accept(',');
-      }
-      this.expect('}');
-    } else host();
-    return { kind, targets };
+    const kind = token.text as 'route-to' | 'reply-to' | 'dup-to';
+    const targets = this.list(() => this.routeHost());
+    const pool = this.poolOptions();
+    if (pool.staticPort) this.fail(token);
+    // F93 parse.y pfrule: a pool of several addresses is round-robin unless told otherwise, and
+    // only a round-robin pool may hold several.
+    const type = pool.type ?? (targets.length > 1 ? 'round-robin' : null);
+    if (targets.length > 1 && type !== 'round-robin') {
+      this.fail(token, 'r.rpool.opts must be PF_POOL_ROUNDROBIN');
+    }
+    return { kind, targets, pool: { type, stickyAddress: pool.stickyAddress } };
+  }
+
+  /**
+   * parse.y route_host: `STRING | '(' STRING host ')'` (OpenBSD parse.y 1.291 of 2003, 1.449 of
+   * 2004, F93 parse.y:4205-4218): a bare interface name, or one with an address in parentheses.
+   * `(ifname)` alone is a syntax error (after `( STRING` the grammar wants a host, and `)`
+   * starts none); pf.conf(5)'s `"(" interface-name [ address ] ")"` (F93 pf.conf.5:2959) is the
+   * man page's, not the parser's (Daniel Hartmeier on freebsd-pf, 2011-09-08, "route-to rule").
+   */
+  private routeHost(): { interface: string; address: Prefix | null } {
+    let name: Token;
+    let address: Prefix | null = null;
+    if (this.accept('(')) {
+      name = this.string();
+      const hosts = this.host();
+      this.expect(')');
+      const first = hosts[0]?.address;
+      if (first?.kind !== 'prefix') this.fail(name);
+      address = first.prefix;
+    } else {
+      name = this.string();
+    }
+    // Both actions check the interface as they reduce (1.291, 1.449: `if (ifa_exists(ifname)
+    // == NULL) yyerror("routeto: unknown interface %s")`), so `-n` refuses it too. F93's
+    // parse.y has dropped the check; the model keeps it, the stricter of the two, since
+    // Apple's pfctl is closed (docs/macos.md, "route-to and pfctl's grammar").
+    if (this.interfaces !== undefined && !this.interfaces.has(name.text)) {
+      this.fail(name, `routeto: unknown interface ${name.text}`);
+    }
+    return { interface: name.text, address };
   }
 
   private family(): Family | null {
@@ -1001,217 +1497,520 @@ class Parser {
 
   private protocols(): number[] | null {
     if (!this.accept('proto')) return null;
-    const one = (): number => {
+    return this.list(() => {
       const token = this.lexer.next();
-      if (token.kind === 'word' && /^\d+$/.test(token.text)) {
-        const n = Number(token.text);
-        if (n > 255) this.fail(token, `protocol outside range`);
-        return n;
-      }
-      const n = PROTOCOL_NUMBERS[token.text];
-      if (n === undefined) this.fail(token, `unknown protocol ${token.text}`);
+      let n: number;
+      if (token.kind === 'number') {
+        n = Number(token.text);
+        if (n < 0 || n > 255) this.fail(token, 'protocol outside range');
+      } else if (this.isStringToken(token)) {
+        const named = PROTOCOL_NUMBERS[token.text];
+        if (named === undefined) this.fail(token, `unknown protocol ${token.text}`);
+        n = named;
+      } else return this.fail(token);
+      if (n === 0) this.fail(token, 'proto 0 cannot be used');
       return n;
-    };
-    if (this.accept('{')) {
-      const list: number[] = [];
-      while (!this.isPunct('}')) {
-        list.push(one());
-        this.accept(',');
-      }
-      this.expect('}');
-      return list;
-    }
-    return [one()];
+    });
   }
 
-  private hosts(): { from: PfEndpoint; to: PfEndpoint } {
+  /** parse.y fromto: `all`, or `[from ipportspec] [os …] [to ipportspec]`. */
+  private fromTo(): { from: PfEndpoint; to: PfEndpoint } {
     const any: PfEndpoint = { hosts: [{ negated: false, address: { kind: 'any' } }], ports: null };
     if (this.accept('all')) return { from: any, to: any };
     let from = any;
     let to = any;
-    if (this.accept('from')) from = this.endpoint();
-    if (this.accept('to')) to = this.endpoint();
+    if (this.accept('from')) from = this.ipPortSpec();
+    if (this.isWord('os')) notModelled(this.lexer.peek().line, 'OS fingerprints (os …)');
+    if (this.accept('to')) {
+      to = this.ipPortSpec();
+      if (to.hosts.some((h) => h.address.kind === 'urpf-failed')) {
+        this.fail(this.lexer.peek(), '"urpf-failed" is not permitted in a destination address');
+      }
+    }
     return { from, to };
   }
 
-  private endpoint(): PfEndpoint {
+  private ipPortSpec(): PfEndpoint {
     let hosts: PfHost[] = [{ negated: false, address: { kind: 'any' } }];
-    if (!this.isWord('port')) {
-      if (this.accept('{')) {
-        hosts = [];
-        this.skipNewlines();
-        while (!this.isPunct('}')) {
-          hosts.push(this.host());
-          this.accept(',');
-          this.skipNewlines();
-        }
-        this.expect('}');
-      } else {
-        hosts = [this.host()];
-      }
-    }
+    if (!this.isWord('port')) hosts = this.ipspec();
     let ports: PfPort[] | null = null;
-    if (this.accept('port')) {
-      if (this.accept('{')) {
-        ports = [];
-        while (!this.isPunct('}')) {
-          ports.push(this.port());
-          this.accept(',');
-        }
-        this.expect('}');
-      } else {
-        ports = [this.port()];
-      }
-    }
+    if (this.accept('port')) ports = this.list(() => this.portItem());
     return { hosts, ports };
   }
 
-  private host(): PfHost {
+  /** parse.y ipspec: `any`, one xhost, or a `{ host_list }`. */
+  private ipspec(): PfHost[] {
+    if (this.accept('any')) return [{ negated: false, address: { kind: 'any' } }];
+    if (this.isPunct('{')) {
+      this.lexer.next();
+      this.optnl();
+      const out: PfHost[] = [];
+      while (!this.isPunct('}')) {
+        out.push(...this.hostListItem());
+        this.accept(',');
+        this.optnl();
+      }
+      this.expect('}');
+      return out;
+    }
+    return this.xhost();
+  }
+
+  /** One item of a host_list: an ipspec (so `any` and nested braces too). */
+  private hostListItem(): PfHost[] {
+    return this.ipspec();
+  }
+
+  /** parse.y xhost: `[!] host | [!] no-route | [!] urpf-failed`. */
+  private xhost(): PfHost[] {
     const negated = this.accept('!');
+    if (this.accept('no-route')) return [{ negated, address: { kind: 'no-route' } }];
+    if (this.accept('urpf-failed')) return [{ negated, address: { kind: 'urpf-failed' } }];
+    return this.host().map((h) => ({ ...h, negated }));
+  }
+
+  /**
+   * parse.y host: `STRING`, `STRING - STRING` (a range), `STRING/NUMBER`, `NUMBER/NUMBER`
+   * (`10/8`), `(if)[/NUMBER]` (dynamic), `<table>`. A STRING is an interface (or `self`),
+   * resolved when the file loads, an address, or a host name (F93 pfctl_parser.c host: host_if,
+   * host_v4, host_v6, host_dns); the model resolves `localhost` only.
+   */
+  private host(): PfHost[] {
     const token = this.lexer.peek();
-    if (this.accept('any')) return { negated, address: { kind: 'any' } };
-    if (this.accept('self')) return { negated, address: { kind: 'self' } };
-    if (this.accept('no-route')) return { negated, address: { kind: 'no-route' } };
-    if (this.accept('urpf-failed')) return { negated, address: { kind: 'urpf-failed' } };
     if (this.accept('<')) {
       const name = this.string();
       this.expect('>');
-      return { negated, address: { kind: 'table', name: name.text } };
+      if (name.text.length > TABLE_NAME_MAX) {
+        this.fail(name, `table name '${name.text}' too long`);
+      }
+      return [{ negated: false, address: { kind: 'table', name: name.text } }];
     }
-    if (this.isPunct('(')) return { negated, address: this.dynamicInterface() };
-    const prefix = this.prefix();
-    if (prefix !== undefined) return { negated, address: { kind: 'prefix', prefix } };
-    if ((token.kind === 'word' || token.kind === 'string') && !KEYWORDS.has(token.text)) {
+    if (this.accept('(')) {
+      const name = this.string();
+      this.expect(')');
+      if (!/^[A-Za-z]/.test(name.text)) this.fail(name, `invalid interface name '${name.text}'`);
+      const parsed = interfaceWithModifier(name.text);
+      if (parsed === null) this.fail(name, `interface ${name.text} has bad modifier`);
+      let mask: number | null = null;
+      if (this.accept('/')) {
+        mask = this.number();
+        if (mask < 0 || mask > 128) this.fail(name, 'bit number too big');
+      }
+      return [{ negated: false, address: { ...parsed, dynamic: true, mask } }];
+    }
+    if (this.isWord('route')) notModelled(token.line, 'route labels (route …)');
+    if (token.kind === 'number' && this.isPunct('/', 1)) {
       this.lexer.next();
-      // A host name or an interface name; pfctl resolves both at load time (host(), F93
-      // pfctl_parser.c), the model against its interfaces (expand-pf-rules.ts).
-      return { negated, address: interfaceAddress(token.text, false) };
+      this.lexer.next();
+      const bits = this.number();
+      // inet_net_pton: `10/8` is 10.0.0.0/8.
+      const prefix = parsePrefix(
+        `${token.text}.0.0.0`.split('.').slice(0, 4).join('.') + `/${bits}`,
+      );
+      if (prefix === undefined) this.fail(token, 'could not parse host specification');
+      return [{ negated: false, address: { kind: 'prefix', prefix } }];
     }
-    return this.fail(token);
+    if (!this.isString()) this.fail(token);
+    const text = this.lexer.next();
+    if (this.accept('-')) {
+      const end = this.string();
+      const a = parseAddress(text.text);
+      const b = parseAddress(end.text);
+      if (a === undefined || b === undefined || a.family !== b.family) {
+        this.fail(text, 'invalid address range');
+      }
+      const from = parsePrefix(text.text) as Prefix;
+      const to = parsePrefix(end.text) as Prefix;
+      return [{ negated: false, address: { kind: 'range', from, to } }];
+    }
+    let mask: number | null = null;
+    if (this.isPunct('/')) {
+      this.lexer.next();
+      mask = this.number();
+      if (mask > 128) this.fail(text, `invalid netmask '/${mask}'`);
+    }
+    return this.resolveHost(text, mask);
   }
 
-  private dynamicInterface(): PfAddress {
-    this.expect('(');
-    const name = this.string();
-    this.expect(')');
-    return interfaceAddress(name.text, true);
+  private resolveHost(token: Token, mask: number | null): PfHost[] {
+    const text = token.text;
+    const prefix = parsePrefix(mask === null ? text : `${text}/${mask}`);
+    if (prefix !== undefined) {
+      // set_ipmask masks off the host bits (F93 pfctl_parser.c).
+      return [
+        { negated: false, address: { kind: 'prefix', prefix: { ...prefix, hadHostBits: false } } },
+      ];
+    }
+    if (text === 'self') return [{ negated: false, address: { kind: 'self', mask } }];
+    const hosts = HOSTS[text];
+    if (hosts !== undefined) {
+      return hosts.map((a) => {
+        const p = parsePrefix(mask === null ? a : `${a}/${mask}`) as Prefix;
+        return {
+          negated: false,
+          address: { kind: 'prefix', prefix: { ...p, hadHostBits: false } },
+        };
+      });
+    }
+    const iface = interfaceWithModifier(text);
+    // A name that can be an interface (letters then a unit number, or a family such as `en`,
+    // with a modifier or not) is resolved as one when the file loads (host_if → ifa_lookup);
+    // if no interface has it, that is "no IP address found" there.
+    if (iface !== null && /^[A-Za-z][A-Za-z0-9]*$/.test(iface.name)) {
+      if (mask !== null && (iface.modifier === 'network' || iface.modifier === 'broadcast')) {
+        this.fail(token, 'network or broadcast lookup, but extra netmask given');
+      }
+      return [{ negated: false, address: { ...iface, dynamic: false, mask } }];
+    }
+    notModelled(token.line, `host name resolution ("${text}": pfctl would ask DNS)`);
   }
 
-  private port(): PfPort {
+  /** parse.y port_item: `portrange`, `unaryop portrange`, `portrange PORTBINARY portrange`. */
+  private portItem(): PfPort {
     const token = this.lexer.peek();
-    const unary: PfPortOp[] = ['=', '!=', '<', '<=', '>', '>='];
-    if (token.kind === 'punct' && unary.includes(token.text as PfPortOp)) {
+    const ops: Readonly<Record<string, PfPortOp>> = { '=': '=', '<': '<', '>': '>' };
+    if (token.kind === 'punct' && (token.text in ops || token.text === '!')) {
       this.lexer.next();
-      const value = this.lexer.next();
-      const n = parsePortValue(value.text, value.line).low;
-      return { op: token.text as PfPortOp, low: n, high: n };
+      let op: PfPortOp;
+      if (token.text === '!') {
+        this.expect('=');
+        op = '!=';
+      } else if (token.text !== '=' && this.isPunct('=')) {
+        this.lexer.next();
+        op = token.text === '<' ? '<=' : '>=';
+      } else op = ops[token.text] as PfPortOp;
+      const range = this.portRange(false);
+      if (range.kind !== 'single')
+        this.fail(token, "':' cannot be used with an other port operator");
+      return { op, low: range.low, high: range.low };
     }
-    const value = this.lexer.next();
-    const first = parsePortValue(value.text, value.line);
-    const next = this.lexer.peek();
-    if (next.kind === 'punct' && (next.text === '<>' || next.text === '><' || next.text === ':')) {
+    const first = this.portRange(false);
+    const binary = this.lexer.peek();
+    if (binary.kind === 'punct' && (binary.text === '<>' || binary.text === '><')) {
       this.lexer.next();
-      const high = this.lexer.next();
-      return { op: next.text, low: first.low, high: parsePortValue(high.text, high.line).low };
+      const second = this.portRange(false);
+      if (first.kind !== 'single' || second.kind !== 'single') {
+        this.fail(binary, "':' cannot be used with an other port operator");
+      }
+      return { op: binary.text, low: first.low, high: second.low };
     }
-    return first;
+    if (first.kind === 'range') return { op: ':', low: first.low, high: first.high };
+    return { op: '=', low: first.low, high: first.low };
+  }
+
+  /** parse.y portrange / portstar → parseport: `p`, `a:b`, (rdr) `a:*`. */
+  private portRange(star: boolean): Range {
+    const token = this.numberString();
+    const colon = token.text.indexOf(':');
+    if (colon < 0) return { low: servicePort(token.text, token.line), high: 0, kind: 'single' };
+    const low = servicePort(token.text.slice(0, colon), token.line);
+    const rest = token.text.slice(colon + 1);
+    if (star && rest === '*') return { low, high: 0, kind: 'star' };
+    const high = servicePort(rest, token.line);
+    if (low === high) return { low, high: 0, kind: 'single' };
+    // F93 takes a range whose low end is above its high end; FreeBSD's pfctl refuses it since
+    // 2024 ("invalid port range"). The model refuses it: it never matches anything.
+    if (low > high) this.fail(token, 'invalid port range');
+    return { low, high, kind: 'range' };
+  }
+
+  private tos(): number {
+    const token = this.lexer.next();
+    let n = 0;
+    if (token.kind === 'number') n = Number(token.text);
+    else if (token.text === 'lowdelay') n = 0x10;
+    else if (token.text === 'throughput') n = 0x08;
+    else if (token.text === 'reliability') n = 0x04;
+    else if (/^0x[0-9a-f]+$/i.test(token.text)) n = Number(token.text);
+    if (n === 0 || n > 255) this.fail(token, `illegal tos value ${token.text}`);
+    return n;
+  }
+
+  /** parse.y filter_opts, each at most once where pfctl says so. */
+  private filterOptions(_start: Token): {
+    flags: PfFilterRule['flags'];
+    icmpTypes: PfIcmpType[] | null;
+    state: PfStateMode | null;
+    stateBinding: PfStateBinding | null;
+    stateOptions: string[];
+    tag: string | null;
+    tagged: PfTagged | null;
+    label: string | null;
+    probability: number | null;
+    tos: number | null;
+    rtable: number | null;
+    allowOpts: boolean;
+    fragment: boolean;
+  } {
+    const out = {
+      flags: null as PfFilterRule['flags'],
+      icmpTypes: null as PfIcmpType[] | null,
+      state: null as PfStateMode | null,
+      stateBinding: null as PfStateBinding | null,
+      stateOptions: [] as string[],
+      tag: null as string | null,
+      tagged: null as PfTagged | null,
+      label: null as string | null,
+      probability: null as number | null,
+      tos: null as number | null,
+      rtable: null as number | null,
+      allowOpts: false,
+      fragment: false,
+    };
+    for (;;) {
+      const token = this.lexer.peek();
+      if (this.accept('flags')) {
+        if (out.flags !== null) this.fail(token, 'flags cannot be redefined');
+        out.flags = this.flags();
+      } else if (this.isWord('icmp-type') || this.isWord('icmp6-type')) {
+        if (out.icmpTypes !== null) this.fail(token, 'icmp-type cannot be redefined');
+        const family = this.lexer.next().text === 'icmp6-type' ? 6 : 4;
+        out.icmpTypes = this.list(() => this.icmpType(family));
+      } else if (this.accept('tos')) {
+        if (out.tos !== null) this.fail(token, 'tos cannot be redefined');
+        out.tos = this.tos();
+      } else if (this.isWord('keep') || this.isWord('modulate') || this.isWord('synproxy')) {
+        if (out.state !== null) this.fail(token, 'modulate or keep cannot be redefined');
+        out.state = this.lexer.next().text as PfStateMode;
+        this.expect('state');
+        if (this.isPunct('(')) {
+          const parsed = this.stateOptionList();
+          out.stateOptions = parsed.options;
+          out.stateBinding = parsed.binding;
+        }
+      } else if (this.isWord('no') && this.isWord('state', 1)) {
+        if (out.state !== null) this.fail(token, 'modulate or keep cannot be redefined');
+        this.lexer.next();
+        this.lexer.next();
+        out.state = 'no';
+      } else if (this.accept('fragment')) {
+        out.fragment = true;
+      } else if (this.accept('allow-opts')) {
+        out.allowOpts = true;
+      } else if (this.accept('label')) {
+        if (out.label !== null) this.fail(token, 'label cannot be redefined');
+        const label = this.string().text;
+        if (label.length > LABEL_MAX) {
+          this.fail(token, `rule label too long (max ${LABEL_MAX} chars)`);
+        }
+        out.label = label;
+      } else if (this.accept('tag')) {
+        out.tag = this.tagName(token);
+      } else if (this.isWord('tagged') || (this.isPunct('!') && this.isWord('tagged', 1))) {
+        out.tagged = this.tagged();
+      } else if (this.accept('probability')) {
+        const value = this.numberString();
+        let p = Number(value.text.replace(/%$/, ''));
+        if (value.text.endsWith('%')) p /= 100;
+        if (!Number.isFinite(p) || value.text.replace(/%$/, '').trim() === '') {
+          this.fail(value, `invalid probability: ${value.text}`);
+        }
+        if (p < 0 || p > 1) this.fail(value, `invalid probability: ${p}`);
+        out.probability = p;
+      } else if (this.accept('rtable')) {
+        out.rtable = this.number();
+      } else if (this.isWord('user') || this.isWord('group')) {
+        notModelled(token.line, 'user and group matching (user …, group …)');
+      } else if (this.isWord('queue')) {
+        notModelled(token.line, 'queue assignment (queue …)');
+      } else if (this.isWord('divert-to') || this.isWord('divert-reply')) {
+        notModelled(token.line, token.text);
+      } else break;
+    }
+    return out;
+  }
+
+  private tagName(token: Token): string {
+    const name = this.strings().text;
+    if (name.length > TAG_MAX) this.fail(token, `tag too long, max ${TAG_MAX} chars`);
+    return name;
   }
 
   private flags(): PfFilterRule['flags'] {
     if (this.accept('any')) return 'any';
-    const token = this.lexer.next();
-    // `S/SA` lexes as `S` `/` `SA`; `/SA` (no set bits) as `/` `SA`.
     let set = '';
-    if (token.kind === 'word') {
-      set = token.text;
-      this.expect('/');
-    } else if (!(token.kind === 'punct' && token.text === '/')) this.fail(token);
-    const mask = this.lexer.next();
-    if (mask.kind !== 'word' || !/^[FSRPAUEW]+$/.test(mask.text) || !/^[FSRPAUEW]*$/.test(set))
-      this.fail(mask);
+    if (!this.isPunct('/')) set = this.string().text;
+    this.expect('/');
+    const mask = this.string();
+    if (!/^[FSRPAUEW]+$/.test(mask.text) || !/^[FSRPAUEW]*$/.test(set)) {
+      this.fail(mask, `bad flags ${/^[FSRPAUEW]*$/.test(set) ? mask.text : set}`);
+    }
     return { set, mask: mask.text };
   }
 
-  private icmpTypes(names: Readonly<Record<string, number>>): PfIcmpType[] {
-    const one = (): PfIcmpType => {
-      const token = this.lexer.next();
-      const type = /^\d+$/.test(token.text) ? Number(token.text) : names[token.text];
-      if (type === undefined || type > 255) this.fail(token, `unknown icmp-type ${token.text}`);
-      let code: number | null = null;
-      if (this.accept('code')) {
-        const value = this.lexer.next();
-        if (!/^\d+$/.test(value.text)) this.fail(value);
-        code = Number(value.text);
+  /** parse.y icmp_item / icmp6_item: a type by name or number, optionally `code` name|number. */
+  private icmpType(family: 4 | 6): PfIcmpType {
+    const token = this.lexer.next();
+    let type: number;
+    if (token.kind === 'number') {
+      type = Number(token.text);
+      if (type > 255) this.fail(token, `illegal icmp${family === 6 ? '6' : ''}-type ${type}`);
+    } else {
+      const named = icmpTypeByName(token.text, family);
+      if (named === undefined) {
+        this.fail(token, `unknown icmp${family === 6 ? '6' : ''}-type ${token.text}`);
       }
-      return { type, code };
-    };
-    if (this.accept('{')) {
-      const list: PfIcmpType[] = [];
-      while (!this.isPunct('}')) {
-        list.push(one());
-        this.accept(',');
-      }
-      this.expect('}');
-      return list;
+      type = named;
     }
-    return [one()];
+    let code: number | null = null;
+    if (this.accept('code')) {
+      const value = this.lexer.next();
+      if (value.kind === 'number') {
+        code = Number(value.text);
+        if (code > 255) this.fail(value, `illegal icmp-code ${code}`);
+      } else {
+        const named = icmpCodeByName(type, value.text, family);
+        if (named === undefined) {
+          this.fail(value, `unknown icmp${family === 6 ? '6' : ''}-code ${value.text}`);
+        }
+        code = named;
+      }
+    }
+    return { type, code, family };
   }
 
-  /** `(if-bound)`, `(floating)`, `(max 100, no-sync, …)` after `keep state`. */
-  private stateOptions(): PfStateBinding | null {
-    if (!this.accept('(')) return null;
+  /**
+   * parse.y state_opt_spec: `( max N, no-sync, source-track [rule|global], max-src-states N,
+   * max-src-conn N, max-src-conn-rate N/S, max-src-nodes N, overload <t> [flush [global]],
+   * if-bound|floating, sloppy, pflow, <timeout> N )`, as pfctl prints them back (F93
+   * pfctl_parser.c print_rule): a plain `source-track` prints as `source-track global`, but is
+   * PF_SRCTRACK, not PF_SRCTRACK_GLOBAL, to the check against `max-src-nodes` (parse.y
+   * sourcetrack: the empty alternative gives `$$ = PF_SRCTRACK`).
+   */
+  private stateOptionList(): { options: string[]; binding: PfStateBinding | null } {
+    this.expect('(');
+    const found = new Map<string, string>();
     let binding: PfStateBinding | null = null;
-    while (!this.isPunct(')')) {
+    let explicitGlobal = false;
+    const once = (key: string, text: string, token: Token): void => {
+      if (found.has(key)) this.fail(token, `state option '${key}' multiple definitions`);
+      found.set(key, text);
+    };
+    do {
       const token = this.lexer.next();
-      if (token.kind === 'eof' || token.kind === 'nl') this.fail(token);
-      if (token.text === 'if-bound' || token.text === 'floating') binding = token.text;
-    }
+      const positive = (what: string): number => {
+        const n = this.number();
+        if (n === 0 && what !== 'max') this.fail(token, `'${what}' must be > 0`);
+        return n;
+      };
+      switch (token.text) {
+        case 'max':
+          once('max', `max ${positive('max')}`, token);
+          break;
+        case 'no-sync':
+          once('no-sync', 'no-sync', token);
+          break;
+        case 'source-track': {
+          let scope = 'global';
+          if (this.accept('rule')) scope = 'rule';
+          else if (this.accept('global')) explicitGlobal = true;
+          once('source-track', `source-track ${scope}`, token);
+          break;
+        }
+        case 'max-src-states':
+          once('max-src-states', `max-src-states ${positive('max-src-states')}`, token);
+          break;
+        case 'max-src-conn':
+          once('max-src-conn', `max-src-conn ${positive('max-src-conn')}`, token);
+          break;
+        case 'max-src-conn-rate': {
+          const limit = this.number();
+          this.expect('/');
+          const seconds = this.number();
+          if (limit === 0 || seconds === 0) {
+            this.fail(token, "'max-src-conn-rate' values must be > 0");
+          }
+          once('max-src-conn-rate', `max-src-conn-rate ${limit}/${seconds}`, token);
+          break;
+        }
+        case 'max-src-nodes':
+          once('max-src-nodes', `max-src-nodes ${positive('max-src-nodes')}`, token);
+          break;
+        case 'overload': {
+          this.expect('<');
+          const table = this.string();
+          this.expect('>');
+          let text = `overload <${table.text}>`;
+          if (this.accept('flush')) text += this.accept('global') ? ' flush global' : ' flush';
+          once('overload', text, token);
+          break;
+        }
+        case 'if-bound':
+        case 'floating':
+          if (binding !== null) this.fail(token, 'state locking option: multiple definitions');
+          binding = token.text;
+          break;
+        case 'sloppy':
+          once('sloppy', 'sloppy', token);
+          break;
+        case 'pflow':
+          once('pflow', 'pflow', token);
+          break;
+        default: {
+          if (
+            !this.isStringToken(token) ||
+            !TIMEOUTS.has(token.text) ||
+            !token.text.includes('.')
+          ) {
+            this.fail(token, `illegal timeout name ${token.text}`);
+          }
+          once(token.text, `${token.text} ${this.number()}`, token);
+        }
+      }
+    } while (this.accept(','));
     this.expect(')');
-    return binding;
+    if (found.has('max-src-nodes') && explicitGlobal) {
+      this.fail(this.lexer.peek(), "'max-src-nodes' is incompatible with 'source-track global'");
+    }
+    // pfctl's print order (F93 pfctl_parser.c print_rule).
+    const order = [
+      'max',
+      'no-sync',
+      'source-track',
+      'max-src-states',
+      'max-src-conn',
+      'max-src-conn-rate',
+      'max-src-nodes',
+      'overload',
+      'sloppy',
+      'pflow',
+    ];
+    const options = [
+      ...order.flatMap((k) => (found.has(k) ? [found.get(k) as string] : [])),
+      ...[...found].filter(([k]) => !order.includes(k)).map(([, v]) => v),
+    ];
+    return { options, binding };
   }
 
   private tagged(): PfTagged {
     const negated = this.accept('!');
     this.expect('tagged');
-    return { negated, name: this.string().text };
+    const name = this.strings().text;
+    if (name.length > TAG_MAX) this.fail(this.lexer.peek(), `tag too long, max ${TAG_MAX} chars`);
+    return { negated, name };
   }
 }
 
-function hostPrefix(text: string): string {
-  return text.includes(':') ? `${text}/128` : `${text}/32`;
+/** A pool of several addresses: an interface's, unless `:0` picks one (F93 DYNIF_MULTIADDR). */
+function isMultiAddress(address: Extract<PfAddress, { kind: 'interface' }>): boolean {
+  return address.dynamic && (address.modifier !== '0' || !/[0-9]$/.test(address.name));
 }
 
-function interfaceAddress(text: string, dynamic: boolean): PfAddress {
-  const match = /^(.+?):(network|broadcast|peer|0)$/.exec(text);
-  return match === null
-    ? { kind: 'interface', name: text, modifier: null, dynamic }
-    : {
-        kind: 'interface',
-        name: match[1] as string,
-        modifier: match[2] as 'network' | 'broadcast' | 'peer' | '0',
-        dynamic,
-      };
-}
-
-function parsePortValue(text: string, line: number): PfPort {
-  const range = /^(\w+):(\w+)$/.exec(text);
-  if (range !== null) {
-    const low = parsePortValue(range[1] as string, line).low;
-    const high = parsePortValue(range[2] as string, line).low;
-    return { op: ':', low, high };
-  }
-  const n = /^\d+$/.test(text) ? Number(text) : SERVICES[text];
-  if (n === undefined) throw new PfConfSyntaxError(line, `unknown port ${text}`);
-  if (n > 65535) throw new PfConfSyntaxError(line, `illegal port value ${text}`);
-  return { op: '=', low: n, high: n };
-}
-
-function checkAnchorName(token: Token): void {
-  // parse.y:786-791: names starting with "_" are reserved for pfctl's own use.
-  const last = token.text.replace(/\/\*$/, '').split('/').pop() ?? '';
-  if (last.startsWith('_'))
-    throw new PfConfSyntaxError(
-      token.line,
-      "anchor names beginning with '_' are reserved for internal use",
-    );
+/** `en0`, `en0:network` … as an interface address (F93 host_if / dynaddr modifiers). */
+function interfaceWithModifier(text: string): {
+  kind: 'interface';
+  name: string;
+  modifier: 'network' | 'broadcast' | 'peer' | '0' | null;
+} | null {
+  const parts = text.split(':');
+  const name = parts[0] ?? '';
+  const modifiers = parts.slice(1);
+  if (modifiers.length > 1) return null;
+  const modifier = modifiers[0] ?? null;
+  if (modifier !== null && !['network', 'broadcast', 'peer', '0'].includes(modifier)) return null;
+  return {
+    kind: 'interface',
+    name,
+    modifier: modifier as 'network' | 'broadcast' | 'peer' | '0' | null,
+  };
 }

@@ -3,7 +3,7 @@ import { createStepTimer, EgressguardError } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import type { Applier, Artifact } from '../backend.js';
 import { anchorText, checkConsulted, readDesiredAnchor, readLiveAnchor } from './pf-inspector.js';
-import { installPfConfStanza, removePfConfStanza } from './pf-conf-stanza.js';
+import { findPfConfStanzas, installPfConfStanza, removePfConfStanza } from './pf-conf-stanza.js';
 import type { PfOptions } from './pf-options.js';
 import { writePfConf } from './write-pf-conf.js';
 import { forgetOwnToken, readOwnToken, writeOwnToken } from './pf-token.js';
@@ -61,23 +61,25 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
   };
 
   /**
-   * `--pf-attach stanza`: the one marked block in pf.conf that attaches our top-level anchor
-   * (pf-conf-stanza.ts), its nat-anchor line only when the anchor holds NAT. Only this path
+   * `--pf-attach stanza`: the marked blocks in pf.conf that attach our top-level anchor
+   * (pf-conf-stanza.ts): `scrub-anchor` when the anchor holds scrub rules (without it pf never
+   * reaches our fragment reassembly, and a fragment is filtered without its ports and tags:
+   * XNU pf.c pf_test_fragment), `nat-anchor` when it holds NAT, and `anchor`. Only this path
    * writes pf.conf, and nothing loads it: pf reads it at the next boot (never `pfctl -f
    * /etc/pf.conf`, DESIGN.md §1A). Checked before anything changes: a block that cannot be
    * placed is a usage error and pf.conf and pf stay as they were.
    */
   const planStanza = (artifacts: readonly Artifact[] | null) => {
     const text = readPfConf(options.pfConf);
+    const desired = artifacts === null ? null : readDesiredAnchor(anchorText(artifacts), anchor);
     const outcome =
-      artifacts === null
+      desired === null
         ? removePfConfStanza(text, anchor)
         : installPfConfStanza(text, {
             anchor,
             lines: [
-              ...(readDesiredAnchor(anchorText(artifacts), anchor).natRules > 0
-                ? [`nat-anchor "${anchor}"`]
-                : []),
+              ...(desired.scrubRules > 0 ? [`scrub-anchor "${anchor}"`] : []),
+              ...(desired.natRules > 0 ? [`nat-anchor "${anchor}"`] : []),
               `anchor "${anchor}"`,
             ],
           });
@@ -96,12 +98,8 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
   const writeConf = (text: string): Promise<void> =>
     writePfConf(options.pfConf, text, { faults: runner.faults });
 
-  const killStates = async (artifacts: readonly Artifact[]): Promise<void> => {
-    for (const prefix of readDesiredAnchor(anchorText(artifacts), anchor).sourcePrefixes) {
-      if (prefix.startsWith('!')) continue;
-      await pfctl.change(['-k', prefix]);
-    }
-  };
+  const killStates = (artifacts: readonly Artifact[]): Promise<void> =>
+    killClassStates(pfctl, anchorText(artifacts), anchor);
 
   return {
     async plan(artifacts) {
@@ -130,8 +128,9 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         try {
           const stanza = planStanza(artifacts);
           if (stanza.changed) {
+            const blocks = findPfConfStanzas(stanza.text, anchor).blocks.length;
             changes.push(
-              `~ "${options.pfConf}": one egressguard block attaching anchor "${anchor}" from the next boot${stanza.migrated.length === 0 ? '' : ` (${stanza.migrated.length} older lines migrated)`}`,
+              `~ "${options.pfConf}": ${blocks === 1 ? 'one egressguard block' : `${blocks} egressguard blocks`} attaching anchor "${anchor}" from the next boot${stanza.migrated.length === 0 ? '' : ` (${stanza.migrated.length} older lines migrated)`}`,
             );
           }
         } catch (error) {
@@ -189,9 +188,12 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
         const deferred =
           stanza === null
             ? []
-            : (await checkConsulted(pfctl, options, after.nat.length > 0)).filter(
-                (p) => p.until !== undefined,
-              );
+            : (
+                await checkConsulted(pfctl, options, {
+                  nat: after.nat.length > 0,
+                  scrub: after.filter.some((r) => r.text.startsWith('scrub ')),
+                })
+              ).filter((p) => p.until !== undefined);
         return { deferred };
       } catch (error) {
         // The write is atomic: one that failed left the original in place.
@@ -208,6 +210,10 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
     async lockdown(content) {
       await load(content);
       await ensureReference();
+      // A flow set up before passes by its state, without meeting the lockdown's rules (pf.conf(5)
+      // STATEFUL FILTERING): kill the states of the sources the lockdown names (its `egsrc_`
+      // tables; a lockdown of an older release names none, and kills nothing).
+      await killClassStates(pfctl, content, anchor);
     },
 
     async remove() {
@@ -232,12 +238,28 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       if (stanza?.changed === true) {
         await writeConf(stanza.text);
         removed.push(
-          `the egressguard block of "${options.pfConf}" (${stanza.migrated.length === 0 ? 'marked' : `and ${stanza.migrated.length} older lines`})`,
+          `the egressguard blocks of "${options.pfConf}" (${stanza.migrated.length === 0 ? 'marked' : `and ${stanza.migrated.length} older lines`})`,
         );
       }
       return { removed };
     },
   };
+}
+
+/**
+ * `pfctl -k PREFIX` per entry of the class source tables (`egsrc_…`) an anchor or lockdown text
+ * defines: every state from the classes, whichever direction it was made in (the selftest checks
+ * this on a real Mac).
+ */
+export async function killClassStates(
+  pfctl: Pfctl,
+  content: string,
+  anchor: string,
+): Promise<void> {
+  for (const prefix of readDesiredAnchor(content, anchor).sourcePrefixes) {
+    if (prefix.startsWith('!')) continue;
+    await pfctl.change(['-k', prefix]);
+  }
 }
 
 function readPfConf(path: string): string {

@@ -62,6 +62,7 @@ function compileAnchor(
     `# egressguard: policy "${ir.name}" for pf anchor "${anchor}"`,
     `# Load only this anchor: pfctl -a ${anchor} -f FILE (never pfctl -f /etc/pf.conf)`,
     `# ${stamp}`,
+    ...tunnelBindings(ir),
     ...emitter.notes.map((note) => `# Note: ${note}`),
   ];
   const hashRules = HASH_LABEL_PREFIXES.map(
@@ -81,10 +82,14 @@ function compileAnchor(
       ir.classes.flatMap((c) => (c.selector.kind === 'ingress' ? c.selector.interfaces : [])),
     ),
   ].sort();
-  // Fail closed: every packet of every class is dropped where it comes in.
+  // Fail closed: every packet of every class is dropped where it comes in. The classes' source
+  // tables ride along, unreferenced, for the applier: loading the lockdown kills the states of
+  // those sources, or an established flow would go on passing by its state (pf.conf(5) STATEFUL
+  // FILTERING: a packet that matches a state is not evaluated against the rules).
   const lockdown = [
     `# egressguard: class lockdown of policy "${ir.name}" for pf anchor "${anchor}"`,
     `# ${stamp}`,
+    ...emitter.tables.filter((t) => t.startsWith(`table <${SOURCE_TABLE_PREFIX}`)),
     ...(interfaces.length === 0
       ? []
       : [`block drop in quick on ${list(interfaces)} all label "${LOCKDOWN_LABEL}"`]),
@@ -182,15 +187,30 @@ class AnchorEmitter {
     this.scrub.push(`scrub in ${on} all fragment reassemble`);
     // A tunnel absent from the facts carries nothing: nothing to translate on it.
     if (cls.nat !== null && (cls.via.kind !== 'tunnel' || cls.via.present)) {
-      // `(exit)`: the address follows the interface (DHCP, a tunnel's new address); never
-      // `nat pass`, which would let the translated packets skip filtering (pf.conf.5:1116-1124).
-      // A tunnel class is translated on its tunnel only: what leaves by the LAN keeps its source.
+      // IPv4: `(exit:0)`, the interface's first address, following it as it changes (DHCP, a
+      // tunnel's new address). A bare `(exit)` would be a round-robin pool over every address
+      // of the interface (F93 parse.y natrule: DYNIF_MULTIADDR makes it PF_POOL_ROUNDROBIN; XNU
+      // pf.c pf_map_addr walks the pool's table), so connections would leave from aliases the
+      // IR does not name; Apple's own Internet Sharing NAT uses `(en0:0)` too. IPv6: the
+      // interface's first address beyond link-local, written out: `(exit:0)` would be its first
+      // IPv6 address, and XNU pfi_instance_add keeps link-local ones, which macOS configures
+      // first; the address is in the anchor, so a new one changes its hash and the re-converge
+      // loads it. Never `nat pass`, which would let the translated packets skip filtering
+      // (pf.conf.5:1116-1124). A tunnel class is translated on its tunnel only: what leaves by
+      // the LAN keeps its source.
       const exit = cls.via.kind === 'tunnel' ? cls.via.interface : uplink;
       for (const family of families(sources)) {
         if (!carries(cls.via, family)) continue;
-        this.nat.push(`nat on ${exit} ${inet(family)} from <${sourceTable}> to any -> (${exit})`);
+        const target = family === 4 ? `(${exit}:0)` : (ir.ipv6NatSources[exit] ?? `(${exit}:0)`);
+        this.nat.push(`nat on ${exit} ${inet(family)} from <${sourceTable}> to any -> ${target}`);
       }
     }
+    // A fragment pf did not reassemble (the scrub rule above unreached: no scrub-anchor point
+    // in the main ruleset) is filtered by XNU pf_test_fragment, which passes over every rule with
+    // a port, TCP flags or an ICMP type and sets no tag: our rules would judge it without its
+    // transport header. Dropped first instead (a `fragment` rule matches fragments only, and a
+    // reassembled datagram is none: PFRULE_FRAGMENT). Behind a reached scrub it never matches.
+    this.filter.push(`block drop in quick ${on} all fragment label ${quote(ir.reassembly.id)}`);
     const self = selfList(interfaces, ir);
     for (const node of cls.housekeeping) this.filter.push(...housekeeping(node, on, self));
 
@@ -292,10 +312,15 @@ class AnchorEmitter {
     const tag = pfTag(cls.name);
     const local = pfTag(`local_${cls.name}`);
     // Marks what the host takes as its own; never the last match: a quick rule below decides
-    // every packet it marks. `! self` would not do: pfctl expands `self` to a list, and a
-    // negated list item matches every other address (pf.conf(5) PARAMETERS).
+    // every packet it marks. `! self` would not do: a list expands into one rule per item, and
+    // a negated item matches every other address (pf.conf(5) PARAMETERS). Labelled like every
+    // rule here: pfctl's optimizer leaves a labelled rule alone (F93 pfctl_optimize.c: `label`
+    // is a BARRIER field, a superblock of its own), while unlabelled neighbours may be merged
+    // into a table or dropped as duplicates, and read-back could not count them.
     for (const family of families(sources)) {
-      this.filter.push(`pass in ${on} ${inet(family)} from any to ${self[family]} tag ${local}`);
+      this.filter.push(
+        `pass in ${on} ${inet(family)} from any to ${self[family]} tag ${local} label ${ks}`,
+      );
     }
     const bypassTarget = this.tableTarget(`${cls.name}_bypass`, bypass);
     const outTargets = new Map<string, Record<Family, string | null>>();
@@ -478,28 +503,50 @@ function housekeeping(node: HousekeepingIR, on: string, self: { 6: string }): st
 }
 
 /**
- * What the host takes as its own, seen from a class's bridge: `self` (every interface address),
- * and what it receives though no interface has it: the limited broadcast and the directed
- * broadcast of every class bridge and the uplink (`(if:broadcast)`, dynamic); for IPv6,
- * link-local multicast (neighbour discovery, DHCPv6) and subnet-router anycast. pf's `self` has
- * none of them. (The broadcast of an interface no class arrives on is not listed: the compiler
- * knows only the IR's interfaces.)
+ * What the host takes as its own, seen from a class's bridge, per family. Not pfctl's `self`:
+ * pfctl expands it once, into the addresses the interfaces have when the anchor loads (F93
+ * pfctl_parser.c host_if → ifa_lookup("self")), and the anchor is not reloaded when an interface
+ * is renumbered, so a renumbered uplink would stop being the host to our rules. Nor `(self)`:
+ * XNU looks it up as the interface group "ALL" (bsd/net/pf_if.c pfi_dynaddr_setup:
+ * `pfi_kif_get(IFG_ALL)`), a kif with no ifnet, and pfi_table_update fills the table only
+ * `if (kif->pfik_ifp != NULL)`, so it matches nothing. Instead every host interface by name in
+ * parentheses, whose addresses, link-local ones included, the kernel follows as they change
+ * (pfi_kifaddr_update → pfi_dynaddr_update → pfi_instance_add), plus what no interface holds:
+ * the limited broadcast and each class bridge's and the uplink's directed broadcast
+ * (`(if:broadcast)`), link-local multicast (neighbour discovery, DHCPv6) and the subnet-router
+ * anycast of each connected IPv6 prefix, which the IR takes as the host's own. An interface that
+ * appears later changes the list, and so the anchor's hash: the next re-converge loads it.
  */
 function selfList(interfaces: readonly string[], ir: HostIR): { 4: string; 6: string } {
   const bridges = ir.classes.flatMap((c) =>
     c.selector.kind === 'ingress' ? c.selector.interfaces : [],
   );
+  const own = ir.hostInterfaces.map((name) => `(${name})`);
   const broadcasts = [...interfaces, ...bridges, ir.uplink].map((name) => `(${name}:broadcast)`);
   // The subnet-router anycast of each connected IPv6 prefix shorter than /127 (RFC 4291
-  // §2.6.1): the IR takes it as the host's own (evaluate.ts createHostView), pf's `self` does not.
+  // §2.6.1): the IR takes it as the host's own (evaluate.ts createHostView).
   const anycast = ir.localPrefixes
     .toCidrs(6)
     .filter((c) => Number(c.slice(c.lastIndexOf('/') + 1)) < 127)
     .map((c) => c.slice(0, c.lastIndexOf('/')));
   return {
-    4: `{ self, 255.255.255.255, ${[...new Set(broadcasts)].join(', ')} }`,
-    6: `{ ${['self', 'ff02::/16', ...anycast].join(', ')} }`,
+    4: list([...own, '255.255.255.255', ...new Set(broadcasts)]),
+    6: list([...own, 'ff02::/16', ...anycast]),
   };
+}
+
+/**
+ * The tunnels the anchor routes into, with the addresses they had when it was compiled: a VPN
+ * that reconnects gets new ones, and the anchor (its hash) changes with them, so the re-arm loads
+ * it again and kills the class's states, NAT states translated to the old address included.
+ */
+function tunnelBindings(ir: HostIR): string[] {
+  return ir.tunnels
+    .filter((t) => t.present)
+    .map(
+      (t) =>
+        `# tunnel "${t.declared}": ${t.name} ${t.addresses.join(' ') || 'with no address'}${t.peer === null ? '' : ` --> ${t.peer}`}`,
+    );
 }
 
 function families(set: AddressSet): Family[] {

@@ -82,17 +82,32 @@ describe('the pf.conf stanza as one marked block', () => {
       natOnly.indexOf('rdr-anchor'),
     );
 
-    // Translation and filtering in one block: dummynet-anchor sits between them in the stock file.
-    const both = installPfConfStanza(STOCK, {
+    // Translation and filtering: dummynet-anchor sits between them in the stock file, so each
+    // goes in a block of its own, among the lines of its kind.
+    const both = install(STOCK, {
       anchor: 'egressguard',
       lines: ['nat-anchor "egressguard"', 'anchor "egressguard"'],
     });
-    expect(both.ok).toBe(false);
-    if (both.ok) return;
-    expect(both.problem.message).toMatch(
+    expect(parsePfConf(both, { file: 'pf.conf' }).problems).toEqual([]);
+    expect(both.replace(/# BEGIN egressguard[^]*?# END egressguard\n/g, '')).toBe(STOCK);
+    expect(count(both, STANZA_BEGIN)).toBe(2);
+    expect(both.indexOf('nat-anchor "egressguard"')).toBeLessThan(both.indexOf('dummynet-anchor'));
+    expect(
+      install(both, {
+        anchor: 'egressguard',
+        lines: ['nat-anchor "egressguard"', 'anchor "egressguard"'],
+      }),
+    ).toBe(both);
+    // A file out of order itself leaves no place for the translation line.
+    const refused = installPfConfStanza('set require-order no\nanchor "a"\nscrub-anchor "a"\n', {
+      anchor: 'egressguard',
+      lines: ['nat-anchor "egressguard"', 'anchor "egressguard"'],
+    });
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.problem.message).toMatch(
       /^Cannot place the egressguard block in pf.conf: pf requires rules in order/,
     );
-    expect(both.problem.line).toBe(25);
     // The legacy file has no dummynet-anchor: the same block fits between rdr-anchor and anchor.
     const legacy = install(readStockPfFiles('legacy').pfConf, {
       anchor: 'egressguard',

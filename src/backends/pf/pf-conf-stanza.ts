@@ -1,10 +1,14 @@
 /**
- * The optional pf.conf stanza, as ONE marked block that egressguard owns:
+ * The optional pf.conf stanza, as marked blocks that egressguard owns:
  *
  *     # BEGIN egressguard (managed by egressguard; edits are replaced)
  *     anchor "egressguard"
  *     # END egressguard
  *
+ * One block when its lines can sit together; else one block per kind of line (normalization,
+ * translation, filtering), each among the lines of its kind: the stock file has
+ * `dummynet-anchor` between `rdr-anchor` and `anchor`, so `scrub-anchor`, `nat-anchor` and
+ * `anchor` of ours cannot share one place in it.
  * Installing is idempotent (twice gives one block), migrates older unmarked lines that name our
  * anchor (`anchor "egressguard"`, `load anchor "egressguard" from …`), removes duplicates (a
  * duplicated block once made pfctl reject the whole ruleset and NAT silently stopped, DESIGN.md
@@ -117,16 +121,42 @@ function rewrite(text: string, anchor: string, lines: readonly string[] | null):
   if (lines === null) {
     output = kept;
   } else {
-    const position = placeBlock(kept, lines, blockAt);
-    if (typeof position !== 'number') return { ok: false, problem: position };
-    const block = [STANZA_BEGIN, ...lines, STANZA_END].map((l) => `${l}${newline}`);
-    const before = kept.slice(0, position);
-    const last = before[before.length - 1];
-    if (last !== undefined && !last.endsWith('\n')) before[before.length - 1] = `${last}${newline}`;
-    output = [...before, ...block, ...kept.slice(position)];
+    const placed = placeBlocks(kept, lines, blockAt);
+    if (!Array.isArray(placed)) return { ok: false, problem: placed };
+    output = [...kept];
+    // From the last place to the first, so the earlier places stay where they were computed.
+    for (const { position, group } of [...placed].reverse()) {
+      const block = [STANZA_BEGIN, ...group, STANZA_END].map((l) => `${l}${newline}`);
+      const last = output[position - 1];
+      if (last !== undefined && !last.endsWith('\n')) output[position - 1] = `${last}${newline}`;
+      output.splice(position, 0, ...block);
+    }
   }
   const result = output.join('');
   return { ok: true, result: { text: result, changed: result !== text, migrated } };
+}
+
+/**
+ * One block where all the lines fit together, else one block per rule class, each where pf's
+ * rule order holds for it; a problem when a class has no such place.
+ */
+function placeBlocks(
+  kept: readonly string[],
+  lines: readonly string[],
+  preferred: number | null,
+): { position: number; group: readonly string[] }[] | PfConfStanzaProblem {
+  const whole = placeBlock(kept, lines, preferred);
+  if (typeof whole === 'number') return [{ position: whole, group: lines }];
+  const classes = [...new Set(lines.map(ruleClass))].sort((a, b) => (a ?? 0) - (b ?? 0));
+  if (classes.length < 2) return whole;
+  const placed: { position: number; group: readonly string[] }[] = [];
+  for (const c of classes) {
+    const group = lines.filter((l) => ruleClass(l) === c);
+    const position = placeBlock(kept, group, null);
+    if (typeof position !== 'number') return position;
+    placed.push({ position, group });
+  }
+  return placed.sort((a, b) => a.position - b.position);
 }
 
 /**
@@ -151,13 +181,23 @@ function placeBlock(
   for (let position = kept.length; position >= 0; position--) {
     if (valid(position)) return position;
   }
-  const blocker = fileClasses.findIndex((c) => c !== null && c > low && c < high);
+  // A line of a kind between ours, else where the file itself leaves pf's order.
+  let blocker = fileClasses.findIndex((c) => c !== null && c > low && c < high);
+  if (blocker < 0) {
+    let highest = 0;
+    blocker = fileClasses.findIndex((c) => {
+      if (c === null) return false;
+      if (c < highest) return true;
+      highest = c;
+      return false;
+    });
+  }
   return {
     line: blocker >= 0 ? blocker + 1 : null,
     message:
       'Cannot place the egressguard block in pf.conf: pf requires rules in order (options, normalization, queueing, translation, filtering) and no place in the file keeps its lines in that order' +
       (blocker >= 0 ? ` (line ${blocker + 1} sits between them)` : '') +
-      ': split translation and filtering, or attach through the com.apple/* anchors',
+      ': put the file in that order, or attach through the com.apple/* anchors',
   };
 }
 
@@ -166,27 +206,43 @@ export function findPfConfStanzas(
   text: string,
   anchor: string,
 ): {
-  readonly blocks: readonly { readonly begin: number; readonly end: number | null }[];
+  readonly blocks: readonly {
+    readonly begin: number;
+    readonly end: number | null;
+    /** Its statements (comments and blank lines left out). */
+    readonly lines: readonly string[];
+  }[];
   readonly unmarked: readonly { readonly line: number; readonly text: string }[];
+  /** Statements that more than one block holds: a duplicated block, in part or whole. */
+  readonly duplicated: readonly string[];
 } {
-  const blocks: { begin: number; end: number | null }[] = [];
+  const blocks: { begin: number; end: number | null; lines: string[] }[] = [];
   const unmarked: { line: number; text: string }[] = [];
-  let open: { begin: number; end: number | null } | null = null;
+  let open: { begin: number; end: number | null; lines: string[] } | null = null;
   for (const [index, raw] of text.split('\n').entries()) {
     const line = raw.replace(/\r$/, '');
     if (open !== null) {
       if (line.startsWith(STANZA_END)) {
         open.end = index + 1;
         open = null;
+      } else {
+        const statement = line.replace(/#.*$/, '').trim();
+        if (statement !== '') open.lines.push(statement);
       }
       continue;
     }
     if (line.startsWith('# BEGIN egressguard')) {
-      open = { begin: index + 1, end: null };
+      open = { begin: index + 1, end: null, lines: [] };
       blocks.push(open);
     } else if (namesAnchor(line, anchor)) {
       unmarked.push({ line: index + 1, text: line });
     }
   }
-  return { blocks, unmarked };
+  const seen = new Map<string, number>();
+  for (const block of blocks) {
+    for (const statement of new Set(block.lines))
+      seen.set(statement, (seen.get(statement) ?? 0) + 1);
+  }
+  const duplicated = [...seen].filter(([, n]) => n > 1).map(([statement]) => statement);
+  return { blocks, unmarked, duplicated };
 }

@@ -139,8 +139,12 @@ function ownAddress(
 }
 
 /** Packets whose verdict, deciding rule or exit differ between the IR and pf. */
-async function disagreements(c: Case, anchorText: string) {
-  const harness = createPfModelHarness({ ...c, anchor: DEFAULT_ANCHOR, anchorText });
+async function disagreements(
+  c: Case,
+  anchorText: string,
+  attach: { anchor: string; stanza?: readonly string[] } = { anchor: DEFAULT_ANCHOR },
+) {
+  const harness = createPfModelHarness({ ...c, ...attach, anchorText });
   const host = createHostView(c.facts);
   const decided = await checkConformance({ ir: c.ir, host, packets: c.packets, harness });
   const exits = c.packets.filter((tp) => {
@@ -396,5 +400,122 @@ describe('pf differential: a tunnel class compiled while its tunnel is absent', 
     expect(left.every((s) => bypass.contains(s.tp.packet.family, s.tp.packet.destination))).toBe(
       true,
     );
+  });
+});
+
+// Issue 20, item 8: the cases the differential could not see before.
+describe('pf differential: a renumber between load and packet', () => {
+  // DHCP moves the uplink within its network: the facts change, the anchor does not (nothing in
+  // it names the uplink's address), so nothing is loaded again, and pf must follow on its own.
+  const renumbered = (facts: HostFacts): HostFacts => ({
+    ...facts,
+    interfaces: facts.interfaces.map((i) =>
+      i.name !== 'en0'
+        ? i
+        : {
+            ...i,
+            addresses: i.addresses.map((a) =>
+              a.replace(
+                /^(\d+\.\d+\.\d+\.)(\d+)\//,
+                (_m, net: string, host: string) => `${net}${Number(host) + 17}/`,
+              ),
+            ),
+          },
+    ),
+  });
+
+  it.each(['macos-runner-fleet', 'macos-vpn-runner'])(
+    '%s: the anchor loaded before the renumber agrees with the IR of the renumbered host',
+    async (name) => {
+      const before = prepare(name);
+      const after = prepare(name, renumbered);
+      expect(after.facts).not.toEqual(before.facts);
+      // The same anchor: a renumber within the uplink's network reloads nothing.
+      expect(after.anchorText).toBe(before.anchorText);
+      const harness = createPfModelHarness({ ...before, anchor: DEFAULT_ANCHOR });
+      harness.renumber(after.facts);
+      const host = createHostView(after.facts);
+      const decided = await checkConformance({
+        ir: after.ir,
+        host,
+        packets: after.packets,
+        harness,
+      });
+      expect(decided.slice(0, 5)).toEqual([]);
+      // The issue's packet: a VM's tcp/22 to the uplink's new address is the host's.
+      const en0 = after.facts.interfaces.find((i) => i.name === 'en0')?.addresses[0] ?? '';
+      const vm = name === 'macos-runner-fleet' ? '192.168.64.5' : '192.168.65.5';
+      const packet = parsePacketArguments({
+        from: vm,
+        to: en0.split('/')[0] ?? '',
+        proto: 'tcp',
+        port: '22',
+      });
+      const reference = evaluatePacket(after.ir, host, packet, { tunnel: 'up' });
+      const observed = harness.observeOne({ packet, state: { tunnel: 'up' } });
+      expect([observed.verdict, observed.decidedBy]).toEqual([
+        reference.verdict,
+        reference.decidedBy.id,
+      ]);
+    },
+  );
+});
+
+describe('pf differential: fragments in both attach modes', () => {
+  const c = prepare('macos-vpn-runner');
+  // The issue's packet: a later fragment of a TCP segment to port 25, from the VPN class.
+  const smtp = parsePacketArguments({
+    from: '192.168.64.5',
+    to: '203.0.113.7',
+    proto: 'tcp',
+    port: '25',
+    fragment: 'non-first',
+  });
+  const tp = { packet: smtp, state: { tunnel: 'up' } as const };
+  const reference = evaluatePacket(c.ir, createHostView(c.facts), smtp, { tunnel: 'up' });
+  const STANZA = ['scrub-anchor "egressguard"', 'nat-anchor "egressguard"', 'anchor "egressguard"'];
+
+  it('explain judges the fragment like its datagram: deny-smtp', () => {
+    expect([reference.verdict, reference.decidedBy.id]).toEqual(['deny', 'deny-smtp']);
+  });
+
+  it.each([
+    ['anchor (stock com.apple/* hooks)', { anchor: DEFAULT_ANCHOR }],
+    ['stanza (scrub-anchor, nat-anchor, anchor)', { anchor: 'egressguard', stanza: STANZA }],
+  ] as const)(
+    '%s: agrees with the IR on the boundary packets, fragments included',
+    async (_m, attach) => {
+      const { decided, exits, harness } = await disagreements(c, c.anchorText, attach);
+      expect(decided.slice(0, 5)).toEqual([]);
+      expect(exits.slice(0, 5)).toEqual([]);
+      expect(c.packets.some((p) => p.packet.fragment === 'non-first')).toBe(true);
+      const observed = harness.observeOne(tp);
+      expect([observed.verdict, observed.decidedBy]).toEqual(['deny', 'deny-smtp']);
+    },
+  );
+
+  it('stanza without scrub-anchor: the fragment is never reassembled; the anchor drops it rather than judge it portless', () => {
+    const harness = createPfModelHarness({
+      ...c,
+      anchor: 'egressguard',
+      stanza: STANZA.slice(1),
+    });
+    const observed = harness.observeOne(tp);
+    expect([observed.verdict, observed.decidedBy]).toEqual(['deny', 'egressguard/reassembly']);
+    // Without that rule (the anchor before issue 20) pf_test_fragment skips every port rule and
+    // sets no tag: the fragment passes, untranslated, by the uplink.
+    const before = c.anchorText
+      .split('\n')
+      .filter((l) => !l.includes(' fragment label '))
+      .join('\n');
+    const old = createPfModelHarness({
+      ...c,
+      anchor: 'egressguard',
+      anchorText: before,
+      stanza: STANZA.slice(1),
+    });
+    const leaked = old.observeOne(tp);
+    expect(leaked.verdict).toBe('allow');
+    expect(leaked.egress).toBe('192.168.64.5');
   });
 });

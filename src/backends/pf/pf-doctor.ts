@@ -18,6 +18,8 @@ export interface PfDoctorSnapshot {
   readonly mainNat: string;
   /** `pfctl -a ANCHOR -s nat`: our anchor's translation rules (a missing nat-anchor matters then). */
   readonly anchorNat: string;
+  /** `pfctl -a ANCHOR -s rules`: its scrub rules need a scrub-anchor point (absent: not read). */
+  readonly anchorRules?: string;
   /** Siblings of our anchor that sort before it, with their `pass … quick` rules. */
   readonly earlierSiblings: readonly {
     readonly anchor: string;
@@ -48,14 +50,16 @@ export const pfDoctor: DoctorSupport = {
     const options = parsePfOptions(input.options);
     const pfctl = createPfctl(input.runner, options);
     const show = async (args: string[]) => (await pfctl.read(args)).stdout;
-    const [info, references, mainRules, mainNat, anchorNat, earlierSiblings] = await Promise.all([
-      show(['-s', 'info']),
-      show(['-s', 'References']),
-      show(['-s', 'rules']),
-      show(['-s', 'nat']),
-      show(['-a', options.anchor, '-s', 'nat']),
-      listEarlierSiblings(pfctl, options.anchor),
-    ]);
+    const [info, references, mainRules, mainNat, anchorNat, anchorRules, earlierSiblings] =
+      await Promise.all([
+        show(['-s', 'info']),
+        show(['-s', 'References']),
+        show(['-s', 'rules']),
+        show(['-s', 'nat']),
+        show(['-a', options.anchor, '-s', 'nat']),
+        show(['-a', options.anchor, '-s', 'rules']),
+        listEarlierSiblings(pfctl, options.anchor),
+      ]);
     let pfConf: string | null;
     try {
       pfConf = readFileSync(options.pfConf, 'utf8');
@@ -69,6 +73,7 @@ export const pfDoctor: DoctorSupport = {
         mainRules,
         mainNat,
         anchorNat,
+        anchorRules,
         earlierSiblings,
         ownToken: readOwnToken(options.tokenFile)?.token ?? null,
         pfConf,
@@ -136,6 +141,24 @@ export function diagnosePf(snapshot: PfDoctorSnapshot, options: PfOptions) {
           ? 'attached by the pf.conf stanza'
           : 'attached without editing pf.conf: the stock com.apple/* hooks evaluate it',
     });
+    const scrubHook = [anchor, ...(wildcard === null ? [] : [wildcard])].find((point) =>
+      new RegExp(
+        `^(scrub-anchor "${escape(point)}"|anchor "${escape(point)}".*\\bfragment\\b)`,
+        'm',
+      ).test(snapshot.mainRules),
+    );
+    if (scrubHook === undefined && /^scrub /m.test(snapshot.anchorRules ?? '')) {
+      add({
+        severity: 'warning',
+        area: 'attachment',
+        code: 'scrub-anchor-missing',
+        message: `no scrub-anchor of the main ruleset reaches "${anchor}": its fragment reassembly is never consulted, and a fragment is filtered without its ports or tags (XNU pf_test_fragment)`,
+        hint:
+          options.attach === 'stanza'
+            ? 'apply again with --pf-attach stanza: its block writes the scrub-anchor line (it applies at the next boot)'
+            : 'restore the stock scrub-anchor "com.apple/*" line of /etc/pf.conf (it applies at the next boot)',
+      });
+    }
     if (natHook === null && snapshot.anchorNat.trim() !== '') {
       add({
         severity: 'warning',
@@ -207,21 +230,25 @@ export function diagnosePf(snapshot: PfDoctorSnapshot, options: PfOptions) {
       });
     }
     const blocks = stanza?.blocks ?? [];
-    if (blocks.length > 1) {
+    const duplicated = stanza?.duplicated ?? [];
+    if (duplicated.length > 0) {
       add({
         severity: 'error',
         area: 'pf-conf',
         code: 'pf-conf-duplicate-block',
-        message: `${options.pfConf} holds ${blocks.length} egressguard blocks (lines ${blocks.map((b) => b.begin).join(', ')})`,
-        hint: 'a duplicated block once made pfctl reject the whole ruleset: `egressguard apply --pf-attach stanza` keeps one, `remove` takes them out',
+        message: `${options.pfConf} holds ${blocks.length} egressguard blocks (lines ${blocks.map((b) => b.begin).join(', ')}), and more than one of them holds ${duplicated.join('; ')}`,
+        hint: 'a duplicated block once made pfctl reject the whole ruleset: `egressguard apply --pf-attach stanza` keeps one of each, `remove` takes them out',
       });
-    } else if (blocks.length === 1) {
+    } else if (blocks.length > 0) {
       add({
         severity: 'info',
         area: 'pf-conf',
         code: 'pf-conf-stanza',
-        message: `${options.pfConf} holds egressguard's marked block at line ${blocks[0]?.begin ?? 0}`,
-        hint: 'egressguard owns it: edits inside it are replaced',
+        message:
+          blocks.length === 1
+            ? `${options.pfConf} holds egressguard's marked block at line ${blocks[0]?.begin ?? 0}`
+            : `${options.pfConf} holds egressguard's marked blocks at lines ${blocks.map((b) => b.begin).join(', ')} (one per kind of rule, as pf's rule order requires)`,
+        hint: 'egressguard owns them: edits inside them are replaced',
       });
     }
     for (const line of stanza?.unmarked ?? []) {

@@ -192,7 +192,7 @@ describe('pf evaluator: filtering (pf.conf.5:1250, :1433-1437)', () => {
           'block in all',
           'pass in proto tcp to port 8000:8080 label "range"',
           'pass in proto tcp to port 1 >< 3 label "exclusive"',
-          'pass in proto icmp all icmp-type echoreq label "ping"',
+          'pass in inet proto icmp all icmp-type echoreq label "ping"',
           'pass in proto tcp to self port 22 label "self"',
           'pass in proto tcp to (en0) port 25 label "dynamic"',
         ].join('\n'),

@@ -5,7 +5,8 @@ import {
   type Family,
   type Prefix,
 } from '../../core/index.js';
-import { interfacePrefixes, type PfAnchorLoad, type PfInterfaces } from './expand-pf-rules.js';
+import type { PfAnchorLoad, PfInterfaces } from './expand-pf-rules.js';
+import { liveAddresses, maskPrefix } from './interface-addresses.js';
 import type {
   PfAddress,
   PfDirection,
@@ -13,6 +14,7 @@ import type {
   PfKernelEndpoint,
   PfKernelFilterRule,
   PfKernelRule,
+  PfKernelScrubRule,
   PfKernelTranslationRule,
   PfRulesetName,
   PfStateBinding,
@@ -40,10 +42,26 @@ import type {
  * - pass rules keep state unless `no state`; states are floating unless `(if-bound)` or
  *   `set state-policy if-bound` (pf.conf.5:511-519).
  *
+ * - fragments meet the scrub ruleset first (XNU bsd/net/pf_norm.c pf_normalize_ip and
+ *   pf_normalize_ip6): its first matching rule, anchors stepped into, decides; a `scrub` rule
+ *   with `fragment reassemble` (the default) reassembles the datagram, which is then filtered
+ *   whole; no match, `no scrub`, `fragment crop` or `fragment drop-ovl` leave the fragments as
+ *   they are, and XNU pf.c pf_test hands each to pf_test_fragment: no state lookup, no
+ *   translation, and a filter ruleset in which a rule with a port (TCP, UDP), with TCP flags
+ *   (every stateful TCP pass rule has `flags S/SA`) or with an ICMP type is passed over, `tagged`
+ *   is tested but no `tag` is set, and no state is created;
+ * - `(if)` follows the interface's addresses as the kernel keeps them (interface-addresses.ts
+ *   liveAddresses; `(self)` is empty on macOS); `self` and a bare interface name were resolved
+ *   by pfctl when the rules loaded (expand-pf-rules.ts);
+ * - a NAT pool of several addresses (`(en0)` with aliases) is round-robin in ascending address
+ *   order (XNU pf.c pf_map_addr PF_POOL_ROUNDROBIN over the interface's table, which
+ *   pfr_pool_get walks in radix order); `(en0:0)` is the first address alone.
+ *
  * Not modelled (named so nobody relies on them): skip steps (real pf may skip rules, so its
  * Evaluations counters can be lower), NAT source-port allocation (the model keeps the source port,
- * as `static-port` would), binat, scrub, dummynet, `no-route`/`urpf-failed` (match nothing),
- * `:peer`, TCP state tracking beyond "a state exists".
+ * as `static-port` would), binat, dummynet, scrub options other than fragment handling,
+ * `no-route`/`urpf-failed` (match nothing), `:peer`, TCP state tracking beyond "a state exists";
+ * a rule with `probability` or `tos` that a packet reaches throws "not modelled".
  */
 
 export interface PfKernelView {
@@ -73,6 +91,12 @@ export interface PfPacket {
   /** A tag set by an earlier pass (the `in` side of a forwarded packet). */
   readonly tag?: string | null;
   readonly bytes?: number;
+  /**
+   * A fragment of a fragmented datagram (the fields above are the datagram's): `first` and
+   * `non-first` belong to a datagram whose fragments all arrive, `alone` to one that never
+   * completes. pf treats the first and a later one alike (pf_test_fragment reads no port).
+   */
+  readonly fragment?: 'first' | 'non-first' | 'alone';
 }
 
 export interface PfRuleRef {
@@ -126,7 +150,13 @@ export interface PfEvaluation {
   readonly verdict: 'pass' | 'block';
   /** `block return`: a RST / ICMP unreachable is sent back. */
   readonly returned: boolean;
-  readonly decidedBy: 'skip' | 'state' | 'rule' | 'default';
+  /** `reassembly`: a fragment held for a datagram that never completes, then dropped. */
+  readonly decidedBy: 'skip' | 'state' | 'rule' | 'default' | 'reassembly';
+  /**
+   * For a fragment: `reassembled` (a scrub rule reassembled its datagram, filtered whole) or
+   * `unreassembled` (filtered as a fragment, pf_test_fragment); null for any other packet.
+   */
+  readonly fragment: 'reassembled' | 'unreassembled' | null;
   /** The deciding filter rule (the last match, or the quick one). */
   readonly rule: PfRuleRef | null;
   readonly label: string | null;
@@ -145,10 +175,12 @@ export interface PfEvaluation {
 export interface PfStateTable {
   readonly states: PfState[];
   nextId: number;
+  /** Round-robin NAT pools' next position, by rule (`anchor:ruleset:index`). */
+  readonly pools?: Record<string, number>;
 }
 
 export function createPfStateTable(): PfStateTable {
-  return { states: [], nextId: 1 };
+  return { states: [], nextId: 1, pools: {} };
 }
 
 /** Looks a rule up by reference. */
@@ -171,10 +203,35 @@ export function evaluatePfPacket(
     rule: null,
     label: null,
     routeTo: null,
+    fragment: null,
     evaluated,
   };
   if (view.skip.includes(packet.interface)) {
     return { ...base, verdict: 'pass', decidedBy: 'skip', tag: packet.tag ?? null, packet };
+  }
+
+  if (packet.fragment !== undefined) {
+    const scrub = findScrub(view, packet, evaluated);
+    if (scrub === null || scrub.rule.no || scrub.rule.fragments !== 'reassemble') {
+      return evaluateFragment(view, packet, evaluated);
+    }
+    if (packet.fragment === 'alone') {
+      // Held in the reassembly queue until its timer runs out, then freed (pf_reassemble
+      // returns NULL: PF_DROP).
+      return {
+        ...base,
+        verdict: 'block',
+        decidedBy: 'reassembly',
+        rule: scrub.ref,
+        fragment: 'reassembled',
+        tag: packet.tag ?? null,
+        packet,
+      };
+    }
+    const whole: PfPacket = { ...packet };
+    Reflect.deleteProperty(whole, 'fragment');
+    const result = evaluatePfPacket(view, states, whole);
+    return { ...result, fragment: 'reassembled', evaluated: [...evaluated, ...result.evaluated] };
   }
 
   const state = findState(states, packet);
@@ -190,7 +247,7 @@ export function evaluatePfPacket(
     if (found === null) continue;
     if (found.rule.tag !== null) tag = found.rule.tag;
     if (!found.rule.no) {
-      const applied = applyTranslation(view, found.rule, found.ref, packet);
+      const applied = applyTranslation(view, states, found.rule, found.ref, packet);
       if (applied !== null) {
         translation = applied.translation;
         translated = applied.packet;
@@ -200,7 +257,14 @@ export function evaluatePfPacket(
   }
 
   // Filtering, on the translated packet.
-  const context: FilterContext = { view, packet: translated, tag, last: null, evaluated };
+  const context: FilterContext = {
+    view,
+    packet: translated,
+    tag,
+    last: null,
+    evaluated,
+    asFragment: false,
+  };
   evaluateRuleset(context, '', 'filter');
   const last = context.last;
   const deciding = last === null ? null : (findPfRule(view, last) as PfKernelFilterRule);
@@ -215,7 +279,7 @@ export function evaluatePfPacket(
     return {
       ...base,
       verdict,
-      returned: deciding?.blockPolicy === 'return',
+      returned: returns(deciding),
       decidedBy: 'rule',
       rule: last,
       label: deciding?.label ?? null,
@@ -252,6 +316,97 @@ export function evaluatePfPacket(
     routeTo,
     stateCreated: created,
     packet: { ...translated, tag },
+  };
+}
+
+/** A block rule that answers (`return`, `return-rst`, `return-icmp`) rather than drops. */
+function returns(rule: PfKernelFilterRule | null): boolean {
+  return (
+    rule?.blockPolicy !== null &&
+    rule?.blockPolicy !== undefined &&
+    rule.blockPolicy.kind !== 'drop'
+  );
+}
+
+/**
+ * The scrub rule that decides a fragment: the first match of the main scrub ruleset, anchors
+ * stepped into (XNU pf_norm.c pf_normalize_ip: interface, direction, family, protocol (IPv4
+ * only: pf_normalize_ip6 does not test it), source and destination address; no port, no tag).
+ */
+function findScrub(
+  view: PfKernelView,
+  packet: PfPacket,
+  evaluated: PfRuleRef[],
+): { rule: PfKernelScrubRule; ref: PfRuleRef } | null {
+  const walk = (anchor: string): { rule: PfKernelScrubRule; ref: PfRuleRef } | null => {
+    const rules = view.anchors.get(anchor)?.rulesets.scrub ?? [];
+    for (let index = 0; index < rules.length; index++) {
+      const rule = rules[index] as PfKernelScrubRule | PfKernelAnchorRule;
+      const ref: PfRuleRef = { anchor, ruleset: 'scrub', index };
+      evaluated.push(ref);
+      if (rule.direction !== null && rule.direction !== packet.direction) continue;
+      if (rule.interface !== null) {
+        if ((rule.interface.name === packet.interface) === rule.interface.negated) continue;
+      }
+      if (rule.family !== null && rule.family !== packet.family) continue;
+      if (packet.family === 4 && rule.protocol !== null && rule.protocol !== packet.protocol) {
+        continue;
+      }
+      if (!matchesAddressOf(view, anchor, rule.from, packet.family, packet.source)) continue;
+      if (!matchesAddressOf(view, anchor, rule.to, packet.family, packet.destination)) continue;
+      if (rule.kind === 'scrub') return { rule, ref };
+      for (const child of anchorTargets(view, rule)) {
+        const found = walk(child);
+        if (found !== null) return found;
+      }
+    }
+    return null;
+  };
+  return walk('');
+}
+
+/**
+ * A fragment that was not reassembled (XNU pf.c pf_test → pf_test_fragment): the filter ruleset
+ * without states or translation, rules that need the transport header passed over, `tag` not
+ * applied; a pass keeps its route-to (pf_test sends it by pf_route after the verdict).
+ */
+function evaluateFragment(
+  view: PfKernelView,
+  packet: PfPacket,
+  evaluated: PfRuleRef[],
+): PfEvaluation {
+  const context: FilterContext = {
+    view,
+    packet,
+    tag: packet.tag ?? null,
+    last: null,
+    evaluated,
+    asFragment: true,
+  };
+  evaluateRuleset(context, '', 'filter');
+  const last = context.last;
+  const deciding = last === null ? null : (findPfRule(view, last) as PfKernelFilterRule);
+  const verdict = deciding === null ? 'pass' : deciding.action;
+  const tag = packet.tag ?? null;
+  const routeTo =
+    deciding !== null && verdict === 'pass' && deciding.route?.kind === 'route-to'
+      ? routeTarget(deciding)
+      : null;
+  return {
+    verdict,
+    // pf_test_fragment returns PF_DROP for every block: no RST, no ICMP is sent for a fragment.
+    returned: false,
+    decidedBy: deciding === null ? 'default' : 'rule',
+    rule: last,
+    label: deciding?.label ?? null,
+    translation: null,
+    tag,
+    routeTo,
+    stateMatched: null,
+    stateCreated: null,
+    fragment: 'unreassembled',
+    packet: { ...packet, tag },
+    evaluated,
   };
 }
 
@@ -328,6 +483,8 @@ interface FilterContext {
   tag: string | null;
   last: PfRuleRef | null;
   readonly evaluated: PfRuleRef[];
+  /** pf_test_fragment's matching (see evaluateFragment), else pf_test_rule's. */
+  readonly asFragment: boolean;
 }
 
 /** Evaluates one anchor's filter ruleset; returns true when a quick rule ended evaluation. */
@@ -339,14 +496,16 @@ function evaluateRuleset(context: FilterContext, anchor: string, ruleset: 'filte
     const rule = rules[index] as PfKernelFilterRule | PfKernelAnchorRule;
     const ref: PfRuleRef = { anchor, ruleset, index };
     context.evaluated.push(ref);
-    if (!matchesRule(context.view, anchor, rule, context.packet, context.tag)) continue;
+    if (!matchesRule(context.view, anchor, rule, context.packet, context.tag, context.asFragment)) {
+      continue;
+    }
     if (rule.kind === 'anchor') {
       for (const child of anchorTargets(context.view, rule)) {
         if (evaluateRuleset(context, child, ruleset)) return true;
       }
       continue;
     }
-    if (rule.tag !== null) context.tag = rule.tag;
+    if (rule.tag !== null && !context.asFragment) context.tag = rule.tag;
     context.last = ref;
     if (rule.quick) return true;
   }
@@ -412,6 +571,7 @@ function matchesRule(
   rule: PfKernelFilterRule | PfKernelTranslationRule | PfKernelAnchorRule,
   packet: PfPacket,
   tag: string | null,
+  asFragment = false,
 ): boolean {
   if (rule.kind === 'filter' || rule.kind === 'anchor') {
     if (rule.direction !== null && rule.direction !== packet.direction) return false;
@@ -422,11 +582,29 @@ function matchesRule(
   }
   if (rule.family !== null && rule.family !== packet.family) return false;
   if (rule.protocol !== null && rule.protocol !== packet.protocol) return false;
+  if (asFragment) {
+    // pf_test_fragment: addresses only; a rule that needs the transport header is passed over.
+    if (!matchesAddressOf(view, anchor, rule.from, packet.family, packet.source)) return false;
+    if (!matchesAddressOf(view, anchor, rule.to, packet.family, packet.destination)) return false;
+    if (rule.kind === 'filter') {
+      notModelled(rule);
+      const ports = rule.from.port !== null || rule.to.port !== null;
+      if (packet.protocol === 17 && ports) return false;
+      if (packet.protocol === 6 && (ports || rule.flags !== null)) return false;
+      if ((packet.protocol === 1 || packet.protocol === 58) && rule.icmpType !== null) {
+        return false;
+      }
+    }
+    return matchesTagged(rule.tagged, tag);
+  }
   if (!matchesEndpoint(view, anchor, rule.from, packet, packet.source, packet.sourcePort))
     return false;
   if (!matchesEndpoint(view, anchor, rule.to, packet, packet.destination, packet.destinationPort))
     return false;
   if (rule.kind === 'filter') {
+    // pf_test_rule: a `fragment` rule is for fragments only (PFRULE_FRAGMENT).
+    if (rule.fragment) return false;
+    notModelled(rule);
     if (rule.flags !== null && packet.protocol === 6) {
       const flags = packet.tcpFlags ?? 'S';
       // TCP flag letters are ASCII: splitting by code unit is exact.
@@ -443,6 +621,28 @@ function matchesRule(
     }
   }
   return matchesTagged(rule.tagged, tag);
+}
+
+/** Refuses, rather than guesses, what the evaluator does not model when a packet reaches it. */
+function notModelled(rule: PfKernelFilterRule): void {
+  if (rule.probability !== null) {
+    throw new Error(
+      `not modelled: probability (line ${rule.line}): the evaluator is deterministic`,
+    );
+  }
+  if (rule.tos !== null) {
+    throw new Error(`not modelled: tos (line ${rule.line}): packets carry no TOS here`);
+  }
+}
+
+function matchesAddressOf(
+  view: PfKernelView,
+  anchor: string,
+  endpoint: PfKernelEndpoint,
+  family: Family,
+  address: number | bigint,
+): boolean {
+  return matchesAddress(view, anchor, endpoint.address, family, address) !== endpoint.negated;
 }
 
 function matchesTagged(tagged: PfTagged | null, tag: string | null): boolean {
@@ -500,14 +700,16 @@ function matchesAddress(
     case 'table':
       return matchesTable(view, anchor, address.name, family, value);
     case 'self':
-      for (const own of view.interfaces.values()) {
-        if (own.some((a) => a.family === family && a.value === value)) return true;
-      }
+      // pfctl resolved `self` into addresses when the rules loaded (expand-pf-rules.ts): a kernel
+      // rule never holds it.
       return false;
-    case 'interface': {
-      const own = view.interfaces.get(address.name) ?? [];
-      return interfacePrefixes(own, address.modifier).some((p) => inPrefix(p, family, value));
-    }
+    case 'range':
+      return (
+        address.from.family === family && value >= address.from.start && value <= address.to.start
+      );
+    case 'interface':
+      // A bare name was resolved at load; `(if)` is the kernel's live set (pfi_dynaddr_update).
+      return dynamicAddresses(view, address).some((p) => inPrefix(p, family, value));
     case 'no-route':
     case 'urpf-failed':
       return false;
@@ -557,14 +759,20 @@ function routeTarget(rule: PfKernelFilterRule): PfRouteTarget | null {
 
 function applyTranslation(
   view: PfKernelView,
+  states: PfStateTable,
   rule: PfKernelTranslationRule,
   ref: PfRuleRef,
   packet: PfPacket,
 ): { translation: PfTranslation; packet: PfPacket } | null {
   const redirect = rule.redirect;
   if (redirect === null) return null;
-  const target = translationAddress(view, redirect.hosts[0], packet.family);
-  if (target === null) return null;
+  const pool = redirect.hosts.flatMap((host) => poolAddresses(view, host, packet.family));
+  if (pool.length === 0) return null;
+  // One address: it; several: round-robin, one step per translation (pf_map_addr).
+  const key = `${ref.anchor}:${ref.ruleset}:${ref.index}`;
+  const position = states.pools?.[key] ?? 0;
+  const target = pool[position % pool.length] as number | bigint;
+  if (pool.length > 1 && states.pools !== undefined) states.pools[key] = position + 1;
   let next: PfPacket;
   if (rule.kind === 'nat') {
     next = { ...packet, source: target };
@@ -587,19 +795,34 @@ function applyTranslation(
   };
 }
 
-function translationAddress(
+/**
+ * The addresses a translation pool entry stands for now: an address, or the interface's live
+ * addresses for `(if)` / `(if:0)`, in ascending order (the pool's radix table order).
+ */
+function poolAddresses(
   view: PfKernelView,
-  address: PfAddress | undefined,
+  address: PfAddress,
   family: Family,
-): number | bigint | null {
-  if (address === undefined) return null;
-  if (address.kind === 'prefix')
-    return address.prefix.family === family ? address.prefix.start : null;
-  if (address.kind === 'interface') {
-    const own = view.interfaces.get(address.name) ?? [];
-    return own.find((a) => a.family === family)?.value ?? null;
+): (number | bigint)[] {
+  if (address.kind === 'prefix') {
+    return address.prefix.family === family ? [address.prefix.start] : [];
   }
-  return null;
+  if (address.kind === 'interface') {
+    return dynamicAddresses(view, address)
+      .filter((p) => p.family === family)
+      .map((p) => p.start)
+      .sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  }
+  return [];
+}
+
+/** What `(if)`, `(if:mod)`, `(if)/mask` hold now (interface-addresses.ts liveAddresses). */
+function dynamicAddresses(
+  view: PfKernelView,
+  address: Extract<PfAddress, { kind: 'interface' }>,
+): Prefix[] {
+  const live = liveAddresses(view.interfaces, address.name, address.modifier);
+  return address.mask === null ? live : live.map((p) => maskPrefix(p, address.mask ?? 0));
 }
 
 function endpointOf(
@@ -647,6 +870,7 @@ function passByState(state: PfState, packet: PfPacket, evaluated: PfRuleRef[]): 
     verdict: 'pass',
     returned: false,
     decidedBy: 'state',
+    fragment: null,
     rule: state.rule,
     label: null,
     translation: null,

@@ -205,7 +205,12 @@ export function createPfInspector(
 
       const collisions: string[] = [];
       if (live.exists) {
-        missing.push(...(await checkConsulted(pfctl, options, live.nat.length > 0)));
+        missing.push(
+          ...(await checkConsulted(pfctl, options, {
+            nat: live.nat.length > 0,
+            scrub: live.filter.some((r) => r.text.startsWith('scrub ')),
+          })),
+        );
         collisions.push(...(await quickSiblings(pfctl, options.anchor)));
         missing.push(...(await checkReference(pfctl, options.tokenFile)));
       }
@@ -278,12 +283,16 @@ async function readTunnels(
 /**
  * Loaded is not consulted: pf must be enabled, and the main ruleset must reach our anchor, by
  * name or through a wildcard point on its parent (`anchor "com.apple/*"` in stock pf.conf,
- * NOTES.md §5), for filtering and, when we translate, for NAT.
+ * NOTES.md §5), for filtering and, when we translate, for NAT, and, when the anchor holds scrub
+ * rules, for normalization: without a scrub-anchor point pf never reaches our `scrub … fragment
+ * reassemble`, and a fragment is filtered unreassembled, without its ports or our tags (XNU
+ * pf_norm.c pf_normalize_ip steps into scrub anchors only from the main scrub ruleset; pf.c
+ * pf_test_fragment).
  */
 export async function checkConsulted(
   pfctl: Pfctl,
   options: PfOptions,
-  hasNat: boolean,
+  needs: { readonly nat: boolean; readonly scrub: boolean },
 ): Promise<LiveProblem[]> {
   const { anchor } = options;
   const problems: LiveProblem[] = [];
@@ -301,14 +310,28 @@ export async function checkConsulted(
   const reached = (shown: string, keyword: string): boolean =>
     points.some((p) => shown.includes(`${keyword} "${p}"`));
   const main = await pfctl.read(['-s', 'rules']);
-  if (!reached(main.stdout, 'anchor')) {
+  // `-sr` lists the scrub ruleset first: its anchor points print as `scrub-anchor "P" …` (macOS)
+  // or, as F93 print_rule names every scrub anchor, `anchor "P" … fragment reassemble`.
+  const lines = main.stdout.split('\n');
+  const scrubPoints = lines.filter(
+    (l) => l.startsWith('scrub-anchor ') || (l.startsWith('anchor ') && /\bfragment\b/.test(l)),
+  );
+  const filterPoints = lines.filter((l) => !scrubPoints.includes(l)).join('\n');
+  if (needs.scrub && !points.some((p) => scrubPoints.some((l) => l.includes(`anchor "${p}"`)))) {
+    problems.push({
+      what: `a scrub-anchor point in the main ruleset that reaches "${anchor}" (scrub-anchor "${points.join('" or "')}"): our fragment reassembly is loaded but not consulted, and fragments are filtered without their ports`,
+      waitingFor: null,
+      ...until,
+    });
+  }
+  if (!reached(filterPoints, 'anchor')) {
     problems.push({
       what: `an anchor point in the main ruleset that reaches "${anchor}" (anchor "${points.join('" or "')}"): our rules are loaded but not consulted`,
       waitingFor: null,
       ...until,
     });
   }
-  if (hasNat) {
+  if (needs.nat) {
     const mainNat = await pfctl.read(['-s', 'nat']);
     if (!reached(mainNat.stdout, 'nat-anchor')) {
       problems.push({

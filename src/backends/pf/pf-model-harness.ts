@@ -8,7 +8,8 @@ import {
 import type { HostFacts } from '../../facts/index.js';
 import { createHostView, type HostIR, type HostView } from '../../ir/index.js';
 import type { ConformanceHarness, Observed, TestPacket } from '../backend.js';
-import { createMacosPfHost } from './create-macos-pf-host.js';
+import { createMacosPfHost, readStockPfFiles } from './create-macos-pf-host.js';
+import { installPfConfStanza } from './pf-conf-stanza.js';
 import { HASH_LABEL_PREFIXES } from './pf-compiler.js';
 import type { PfEvaluation, PfPacket } from './pf-evaluator.js';
 import type { PfctlModel } from './pfctl-model.js';
@@ -24,6 +25,11 @@ export interface PfObserved extends Observed {
 export interface PfModelHarness extends ConformanceHarness {
   readonly model: PfctlModel;
   observeOne(packet: TestPacket): PfObserved;
+  /**
+   * The host's interfaces change (DHCP renumbers the uplink, say) and nothing is loaded again:
+   * pf keeps the rules it has, and the host delivers and routes by the new facts.
+   */
+  renumber(facts: HostFacts): void;
 }
 
 const LINK_MULTICAST_V6 = AddressSet.parse(['ff02::/16']);
@@ -36,10 +42,10 @@ const EPHEMERAL_PORT = 49_152;
  * the facts': a destination the host takes as its own is delivered (`in` only), any other is
  * forwarded by the main table's longest match (`in` on the ingress, then `out` on the exit).
  *
- * Fragments: the pf evaluator does not model scrub, so the harness reads the loaded scrub rules:
- * with `scrub in on IF … fragment reassemble` a fragment is judged like its datagram and a lone
- * one is held and dropped (pf.conf(5) SCRUB, "fragment reassemble"); without it a later fragment
- * has no ports.
+ * Fragments go to the evaluator as fragments: the scrub rules pf reaches decide whether their
+ * datagram is reassembled (then filtered whole, and a lone fragment is held and dropped) or each
+ * is filtered as a fragment, without ports (pf-evaluator.ts, XNU pf_normalize_ip and
+ * pf_test_fragment).
  *
  * Tunnel state: a packet judged with the tunnel down is sent while the tunnel's interface is
  * absent from the model (as a disconnected utun is), and back for one judged with it up.
@@ -49,15 +55,30 @@ export function createPfModelHarness(input: {
   readonly facts: HostFacts;
   readonly anchor: string;
   readonly anchorText: string;
+  /**
+   * `--pf-attach stanza`: the host booted a stock pf.conf holding these lines of ours (the
+   * stanza's `scrub-anchor`, `nat-anchor`, `anchor` for a top-level anchor); absent: the stock
+   * com.apple/* hooks reach the anchor.
+   */
+  readonly stanza?: readonly string[];
 }): PfModelHarness {
   const interfaces: Record<string, string[]> = {};
   for (const iface of input.facts.interfaces) interfaces[iface.name] = [...iface.addresses];
-  const model = createMacosPfHost({ interfaces });
+  let pfConf: string | undefined;
+  if (input.stanza !== undefined) {
+    const installed = installPfConfStanza(readStockPfFiles().pfConf, {
+      anchor: input.anchor,
+      lines: input.stanza,
+    });
+    if (!installed.ok) throw new Error(installed.problem.message);
+    pfConf = installed.result.text;
+  }
+  const model = createMacosPfHost({ interfaces, ...(pfConf === undefined ? {} : { pfConf }) });
   const loaded = model.run(['-a', input.anchor, '-f', '-'], { stdin: input.anchorText });
   if (loaded.exitCode !== 0) {
     throw new Error(`The pfctl model rejects the anchor: ${loaded.stderr}`);
   }
-  const host = createHostView(input.facts);
+  let host = createHostView(input.facts);
 
   const observeOne = (tp: TestPacket): PfObserved => {
     const packet = tp.packet;
@@ -65,19 +86,6 @@ export function createPfModelHarness(input: {
     if (ingress === undefined) {
       throw new Error('The pf harness sends packets that arrive on an interface only');
     }
-    const reassembles = model
-      .rules(input.anchor, 'scrub')
-      .some(
-        (r) =>
-          r.kind === 'scrub' &&
-          r.direction !== 'out' &&
-          (r.interface === null || (r.interface.name === ingress) !== r.interface.negated) &&
-          r.options.includes('fragment reassemble'),
-      );
-    if (packet.fragment === 'alone' && reassembles) {
-      return { verdict: 'deny', decidedBy: input.ir.reassembly.id, via: null, egress: null };
-    }
-    const loseTransport = packet.fragment === 'non-first' && !reassembles;
     const protocol =
       packet.protocol === 'tcp'
         ? 6
@@ -88,8 +96,8 @@ export function createPfModelHarness(input: {
               ? 1
               : 58
             : packet.protocol;
-    const hasPorts = (protocol === 6 || protocol === 17) && !loseTransport;
-    const isIcmp = (protocol === 1 || protocol === 58) && !loseTransport;
+    const hasPorts = protocol === 6 || protocol === 17;
+    const isIcmp = protocol === 1 || protocol === 58;
     const base: Omit<PfPacket, 'direction' | 'interface'> = {
       family: packet.family,
       source: packet.source,
@@ -102,6 +110,7 @@ export function createPfModelHarness(input: {
           }
         : {}),
       ...(isIcmp ? { icmpType: packet.icmpType ?? (packet.family === 4 ? 8 : 128) } : {}),
+      ...(packet.fragment === undefined ? {} : { fragment: packet.fragment }),
     };
     // Every packet opens a connection of its own: no state from an earlier one.
     model.state.states = [];
@@ -113,7 +122,7 @@ export function createPfModelHarness(input: {
       // route-to sends even a packet for the host out of its target (pf.c pf_test → pf_route).
       if (inbound.verdict !== 'pass' || inbound.routeTo === null) {
         const via = inbound.verdict === 'pass' && local ? 'local' : null;
-        return finish(inbound, inbound.verdict, via, null);
+        return finish(inbound, inbound.verdict, via, null, input.ir.reassembly.id);
       }
       model.state.states = [];
     }
@@ -137,6 +146,7 @@ export function createPfModelHarness(input: {
       forwarded.verdict,
       forwarded.verdict === 'pass' ? forwarded.egress : null,
       leaving === null ? null : formatAddress(leaving.family, leaving.source),
+      input.ir.reassembly.id,
     );
   };
 
@@ -154,10 +164,20 @@ export function createPfModelHarness(input: {
     }
   };
 
+  const renumber = (facts: HostFacts): void => {
+    host = createHostView(facts);
+    const now = new Set(facts.interfaces.map((i) => i.name));
+    for (const name of Object.keys(model.state.interfaces)) {
+      if (!now.has(name)) model.setInterface(name, null);
+    }
+    for (const iface of facts.interfaces) model.setInterface(iface.name, [...iface.addresses]);
+  };
+
   return {
     name: 'pf evaluator on the pfctl model (stock macOS pf.conf and com.apple anchors)',
     model,
     observeOne,
+    renumber,
     observe(packets) {
       return Promise.resolve(packets.map(observeOne));
     },
@@ -169,10 +189,12 @@ function finish(
   verdict: 'pass' | 'block',
   via: string | null,
   egress: string | null,
+  reassemblyId: string,
 ): PfObserved {
   return {
     verdict: verdict === 'pass' ? 'allow' : 'deny',
-    decidedBy: isOurs(result.label) ? result.label : null,
+    decidedBy:
+      result.decidedBy === 'reassembly' ? reassemblyId : isOurs(result.label) ? result.label : null,
     via,
     egress,
   };

@@ -10,7 +10,8 @@ import type { Family, Prefix } from '../../core/index.js';
 /** An address as written in a rule, a table or a translation target. */
 export type PfAddress =
   | { readonly kind: 'any' }
-  | { readonly kind: 'self' }
+  /** `self`: every interface's addresses when the file loads (F93 host_if → ifa_lookup). */
+  | { readonly kind: 'self'; readonly mask: number | null }
   | { readonly kind: 'prefix'; readonly prefix: Prefix }
   | { readonly kind: 'table'; readonly name: string }
   /**
@@ -23,7 +24,11 @@ export type PfAddress =
       readonly name: string;
       readonly modifier: 'network' | 'broadcast' | 'peer' | '0' | null;
       readonly dynamic: boolean;
+      /** `(en0)/24`, `en0/24`: each address cut to this many bits (F93 parse.y host). */
+      readonly mask: number | null;
     }
+  /** `10.0.0.1 - 10.0.0.9`: every address from one to the other (F93 parse.y host: PF_ADDR_RANGE). */
+  | { readonly kind: 'range'; readonly from: Prefix; readonly to: Prefix }
   | { readonly kind: 'no-route' }
   | { readonly kind: 'urpf-failed' };
 
@@ -55,9 +60,40 @@ export interface PfInterfaceSpec {
 export interface PfIcmpType {
   readonly type: number;
   readonly code: number | null;
+  /** Written as `icmp-type` (4) or `icmp6-type` (6): the protocol it needs (F93 node_icmp.proto). */
+  readonly family: 4 | 6;
 }
 
 export type PfDirection = 'in' | 'out';
+
+/**
+ * What a block rule does with the packet (F93 parse.y blockspec): `drop`, `return` (a TCP RST
+ * or an ICMP unreachable, by protocol), `return-rst` (TTL optional), `return-icmp` (the codes
+ * for IPv4 and IPv6, each `type << 8 | code`, F93 parseicmpspec). A bare `block` takes the
+ * `set block-policy` in force where it is written.
+ */
+export type PfBlockPolicy =
+  | { readonly kind: 'drop' }
+  | { readonly kind: 'return' }
+  | { readonly kind: 'return-rst'; readonly ttl: number | null }
+  | { readonly kind: 'return-icmp'; readonly icmp: number; readonly icmp6: number };
+
+/** `log`, `log (all, user, to pflogN)` (F93 parse.y log / logopts). */
+export interface PfLog {
+  readonly all: boolean;
+  readonly user: boolean;
+  /** pflog interface number; 0 is the default pflog0. */
+  readonly to: number;
+}
+
+/**
+ * Route pool options (F93 parse.y pool_opts): the pool type and sticky-address. A pool of more
+ * than one address, a table or an interface with aliases is round-robin unless told otherwise.
+ */
+export interface PfPool {
+  readonly type: 'bitmask' | 'random' | 'source-hash' | 'round-robin' | null;
+  readonly stickyAddress: boolean;
+}
 export type PfStateMode = 'keep' | 'modulate' | 'synproxy' | 'no';
 export type PfStateBinding = 'if-bound' | 'floating';
 
@@ -69,6 +105,7 @@ export type PfStateBinding = 'if-bound' | 'floating';
 export interface PfRoute {
   readonly kind: 'route-to' | 'reply-to' | 'dup-to' | 'fastroute';
   readonly targets: readonly { readonly interface: string; readonly address: Prefix | null }[];
+  readonly pool: PfPool;
 }
 
 export interface PfTagged {
@@ -86,12 +123,25 @@ interface PfRuleBase {
   readonly to: PfEndpoint;
 }
 
-export interface PfFilterRule extends PfRuleBase {
+/** What filter and anchor rules share beyond matching (F93 parse.y filter_opts). */
+interface PfFilterOptions {
+  readonly tag: string | null;
+  readonly tagged: PfTagged | null;
+  readonly label: string | null;
+  /** `probability 20%`, as a fraction; null: always. */
+  readonly probability: number | null;
+  /** `tos 0x10`; null: any. */
+  readonly tos: number | null;
+  readonly rtable: number | null;
+}
+
+export interface PfFilterRule extends PfRuleBase, PfFilterOptions {
   readonly kind: 'filter';
   readonly action: 'pass' | 'block';
-  readonly blockPolicy: 'drop' | 'return' | null;
+  /** null on pass rules. */
+  readonly blockPolicy: PfBlockPolicy | null;
   readonly direction: PfDirection | null;
-  readonly log: boolean;
+  readonly log: PfLog | null;
   readonly quick: boolean;
   readonly route: PfRoute | null;
   /** `flags S/SA`; `any` for `flags any`; null: unspecified (pass rules default to S/SA). */
@@ -99,15 +149,22 @@ export interface PfFilterRule extends PfRuleBase {
   readonly icmpTypes: readonly PfIcmpType[] | null;
   readonly state: PfStateMode | null;
   readonly stateBinding: PfStateBinding | null;
-  readonly tag: string | null;
-  readonly tagged: PfTagged | null;
-  readonly label: string | null;
+  /**
+   * The other state options, as pfctl prints them, in its order (F93 pfctl_parser.c print_rule:
+   * max, no-sync, source-track, max-src-states, max-src-conn, max-src-conn-rate, max-src-nodes,
+   * overload, sloppy, pflow, timeouts); the model keeps and prints them but does not act on them.
+   */
+  readonly stateOptions: readonly string[];
+  readonly allowOpts: boolean;
+  /** `fragment`: the rule matches fragments only (F93 PFRULE_FRAGMENT). */
+  readonly fragment: boolean;
 }
 
 export interface PfRedirect {
   readonly hosts: readonly PfAddress[];
   readonly port: PfPort | null;
   readonly staticPort: boolean;
+  readonly pool: PfPool;
 }
 
 /** `[no] nat|rdr|binat [pass] …`: no `label` in this grammar (NOTES §1, F93 parse.y:3861). */
@@ -115,7 +172,7 @@ export interface PfTranslationRule extends PfRuleBase {
   readonly kind: 'nat' | 'rdr' | 'binat';
   readonly no: boolean;
   readonly pass: boolean;
-  readonly log: boolean;
+  readonly log: PfLog | null;
   readonly tag: string | null;
   readonly tagged: PfTagged | null;
   readonly redirect: PfRedirect | null;
@@ -131,15 +188,24 @@ export interface PfAnchorRule extends PfRuleBase {
   readonly name: string;
   readonly wildcard: boolean;
   readonly direction: PfDirection | null;
+  readonly quick: boolean;
   readonly tagged: PfTagged | null;
   readonly label: string | null;
 }
 
-/** A `scrub` rule, kept as its words: egressguard never emits one, the stock files do not either. */
+/**
+ * A `[no] scrub` rule (F93 parse.y scrubrule, scrub_opts). Its fragment handling decides whether
+ * fragments are reassembled before filtering (XNU pf_norm.c pf_normalize_ip).
+ */
 export interface PfScrubRule extends PfRuleBase {
   readonly kind: 'scrub';
+  readonly no: boolean;
   readonly direction: PfDirection | null;
-  readonly options: string;
+  readonly log: PfLog | null;
+  /** `fragment reassemble` (the default), `fragment crop`, `fragment drop-ovl`. */
+  readonly fragments: 'reassemble' | 'crop' | 'drop-ovl';
+  /** The other options as pfctl prints them (`no-df`, `min-ttl 3`, `max-mss 1440`, ...). */
+  readonly options: readonly string[];
 }
 
 export type PfRule = PfFilterRule | PfTranslationRule | PfAnchorRule | PfScrubRule;
@@ -155,8 +221,15 @@ export interface PfTableDefinition {
   readonly persist: boolean;
   readonly constant: boolean;
   readonly counters: boolean;
-  readonly entries: readonly PfTableEntry[];
+  /** Entries as written: addresses, or interface names and host names resolved at load. */
+  readonly entries: readonly PfTableItem[];
   readonly files: readonly string[];
+}
+
+/** One entry of a table as written (F93 parse.y table_opt: host_list of plain addresses). */
+export interface PfTableItem {
+  readonly negated: boolean;
+  readonly address: PfAddress;
 }
 
 export interface PfLoadAnchor {
@@ -204,28 +277,28 @@ interface PfKernelBase {
   readonly line: number;
 }
 
-export interface PfKernelFilterRule extends PfKernelBase {
+export interface PfKernelFilterRule extends PfKernelBase, PfFilterOptions {
   readonly kind: 'filter';
   readonly action: 'pass' | 'block';
-  readonly blockPolicy: 'drop' | 'return' | null;
+  readonly blockPolicy: PfBlockPolicy | null;
   readonly direction: PfDirection | null;
-  readonly log: boolean;
+  readonly log: PfLog | null;
   readonly quick: boolean;
   readonly route: PfRoute | null;
   readonly flags: { readonly set: string; readonly mask: string } | null;
   readonly icmpType: PfIcmpType | null;
   readonly state: PfStateMode;
   readonly stateBinding: PfStateBinding | null;
-  readonly tag: string | null;
-  readonly tagged: PfTagged | null;
-  readonly label: string | null;
+  readonly stateOptions: readonly string[];
+  readonly allowOpts: boolean;
+  readonly fragment: boolean;
 }
 
 export interface PfKernelTranslationRule extends PfKernelBase {
   readonly kind: 'nat' | 'rdr' | 'binat';
   readonly no: boolean;
   readonly pass: boolean;
-  readonly log: boolean;
+  readonly log: PfLog | null;
   readonly tag: string | null;
   readonly tagged: PfTagged | null;
   readonly redirect: PfRedirect | null;
@@ -240,14 +313,18 @@ export interface PfKernelAnchorRule extends PfKernelBase {
   readonly name: string;
   readonly wildcard: boolean;
   readonly direction: PfDirection | null;
+  readonly quick: boolean;
   readonly tagged: PfTagged | null;
   readonly label: string | null;
 }
 
 export interface PfKernelScrubRule extends PfKernelBase {
   readonly kind: 'scrub';
+  readonly no: boolean;
   readonly direction: PfDirection | null;
-  readonly options: string;
+  readonly log: PfLog | null;
+  readonly fragments: 'reassemble' | 'crop' | 'drop-ovl';
+  readonly options: readonly string[];
 }
 
 export type PfKernelRule =
@@ -274,41 +351,55 @@ export const PF_RULESET_NAMES: readonly PfRulesetName[] = [
   'dummynet',
 ];
 
+/**
+ * getprotobyname(3) for the model: the names of /etc/protocols (IANA's numbers) a ruleset is
+ * likely to name; another name is "unknown protocol", as pfctl says of a name it cannot find.
+ */
 export const PROTOCOL_NUMBERS: Readonly<Record<string, number>> = {
+  ip: 0,
   icmp: 1,
   igmp: 2,
+  ggp: 3,
+  ipencap: 4,
+  ipip: 4,
   tcp: 6,
+  egp: 8,
+  pup: 12,
   udp: 17,
+  idp: 22,
+  ipv6: 41,
+  'ipv6-route': 43,
+  'ipv6-frag': 44,
+  rsvp: 46,
   gre: 47,
   esp: 50,
   ah: 51,
   icmp6: 58,
   'ipv6-icmp': 58,
+  'ipv6-nonxt': 59,
+  'ipv6-opts': 60,
+  ospf: 89,
+  etherip: 97,
+  encap: 98,
+  pim: 103,
+  ipcomp: 108,
+  vrrp: 112,
+  carp: 112,
+  l2tp: 115,
   sctp: 132,
+  udplite: 136,
+  pfsync: 240,
 };
 
 /** The name pfctl prints for a protocol number (getprotobynumber), else the number. */
 export function formatProtocol(protocol: number): string {
-  switch (protocol) {
-    case 1:
-      return 'icmp';
-    case 2:
-      return 'igmp';
-    case 6:
-      return 'tcp';
-    case 17:
-      return 'udp';
-    case 47:
-      return 'gre';
-    case 50:
-      return 'esp';
-    case 51:
-      return 'ah';
-    case 58:
-      return 'ipv6-icmp';
-    case 132:
-      return 'sctp';
-    default:
-      return String(protocol);
-  }
+  return PROTOCOL_NAMES.get(protocol) ?? String(protocol);
 }
+
+// /etc/protocols lists the canonical name first: `ipv6-icmp` for 58, `vrrp`... for 112.
+const CANONICAL = new Set(['icmp6', 'ipip', 'carp']);
+const PROTOCOL_NAMES = new Map(
+  Object.entries(PROTOCOL_NUMBERS)
+    .filter(([name]) => !CANONICAL.has(name))
+    .map(([name, n]) => [n, name] as const),
+);

@@ -95,11 +95,13 @@ describe('pfctl model: loading an anchor with -a (NOTES §2, §4)', () => {
     const model = hostWithAnchor();
     const main = model.run(['-sr']).stdout;
     expect(model.run(['-a', OURS, '-sr']).stdout).toBe(
-      'block in quick on bridge100 inet from <vm_sources> to <blocked> label "eg:r1"\n' +
+      'block drop in quick on bridge100 inet from <vm_sources> to <blocked> label "eg:r1"\n' +
         'pass in quick on bridge100 inet from <vm_sources> to any flags S/SA keep state label "eg:r2"\n',
     );
+    // `(en0)` may hold several addresses: parse.y makes it a round-robin pool (DYNIF_MULTIADDR)
+    // and print_pool says so.
     expect(model.run(['-a', OURS, '-sn']).stdout).toBe(
-      'nat on en0 inet from <vm_sources> to any -> (en0)\n',
+      'nat on en0 inet from <vm_sources> to any -> (en0) round-robin\n',
     );
     expect(model.run(['-a', OURS, '-T', 'show', '-t', 'blocked']).stdout).toBe(
       '   198.51.100.0/24\n',
@@ -347,18 +349,54 @@ describe('pfctl model: anchors and evaluation through the kernel state', () => {
     expect(model.state.log[0]?.forbidden).toEqual(['loads the main ruleset (-f without -a)']); // the boot job
   });
 
-  it('UNVERIFIED: -nf on the main ruleset moves the tickets of every load anchor and commits nothing', () => {
+  it('-nf on the main ruleset parses every load anchor, begins nothing, and passes a duplicated one', () => {
+    // F93 pfctl.c pfctl_rules: DIOCXBEGIN only without -n; pfctl_load_anchors parses each
+    // `load anchor` either way; parse.y defines tables only without -n.
     const model = hostWithAnchor();
-    const before = structuredClone(model.state.tickets['com.apple']);
+    const tickets = structuredClone(model.state.tickets);
     const anchors = JSON.stringify(model.state.anchors);
-    const check = model.run(['-nf', '/etc/pf.conf']);
-    expect(check.exitCode).toBe(0);
-    expect(check.stderr).toContain(
-      'pfctl-model: UNVERIFIED: -n processed load anchor "com.apple" as the field report saw it',
-    );
-    expect(model.state.tickets['com.apple']?.tables).toBe((before?.tables ?? 0) + 1);
+    const stock = model.state.files['/etc/pf.conf'] ?? '';
+    const twice = `${stock}load anchor "com.apple" from "/etc/pf.anchors/com.apple"\n`;
+    model.state.files['/etc/pf.conf'] = twice;
+    expect(model.run(['-nf', '/etc/pf.conf'])).toEqual({ exitCode: 0, stdout: '', stderr: '' });
+    expect(model.state.tickets).toEqual(tickets);
     expect(JSON.stringify(model.state.anchors)).toBe(anchors);
-    expect(model.run(['-a', 'nowhere', '-s', 'Anchors']).exitCode).toBe(1);
+    // The load itself collides with itself: the second begin of the anchor moves the ticket
+    // the first holds, and the commit finds it stale (pf_ioctl.c DIOCXCOMMIT).
+    const load = model.run(['-f', '/etc/pf.conf']);
+    expect(load.exitCode).toBe(1);
+    expect(load.stderr).toContain('pfctl: DIOCXCOMMIT: Resource busy');
+    // A file that uses what the model does not implement is not a pfctl refusal: exit 2.
+    const other = model.run(['-n', '-a', OURS, '-f', '-'], {
+      stdin: 'pass in from any os "OpenBSD" to any\n',
+    });
+    expect(other.exitCode).toBe(2);
+    expect(other.stderr).toMatch(/not modelled/);
+  });
+
+  it('optimizes an anchor as pfctl does by default, and -o none keeps every rule', () => {
+    const model = hostWithAnchor();
+    const hosts = ['10.0.0.1', '10.0.0.2', '10.0.0.3', '10.0.0.4', '10.0.0.5', '10.0.0.6'];
+    const text = [
+      ...hosts.map((h) => `block drop in quick on bridge100 from any to ${h}`),
+      'pass in on bridge100 proto tcp from any to any port 22',
+      'pass in on bridge100 proto tcp from any to 10.1.0.1 port 22',
+      ...hosts.map((h) => `pass in on bridge100 from any to ${h} label "kept"`),
+    ].join('\n');
+    const basic = model.run(['-nv', '-a', OURS, '-f', '-'], { stdin: text });
+    // combine_rules: six rules differing in one address become one rule on a table; the
+    // subset rule (port 22 to one host, after the rule to any host) is removed; labelled rules
+    // are superblocks of their own and stay (pfctl_optimize.c BARRIER).
+    expect(basic.stdout.split('\n').filter((l) => l !== '')).toEqual([
+      'table <__automatic_0> const { 10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4, 10.0.0.5, 10.0.0.6 }',
+      'block drop in quick on bridge100 inet from any to <__automatic_0>',
+      'pass in on bridge100 proto tcp from any to any port = 22 flags S/SA keep state',
+      ...hosts.map(
+        (h) => `pass in on bridge100 inet from any to ${h} flags S/SA keep state label "kept"`,
+      ),
+    ]);
+    const none = model.run(['-o', 'none', '-nv', '-a', OURS, '-f', '-'], { stdin: text });
+    expect(none.stdout.split('\n').filter((l) => l !== '')).toHaveLength(14);
   });
 
   it('keeps an invocation log of every call with its exit code', () => {

@@ -6,7 +6,7 @@ import {
   type PfInterfaceAddress,
   type PfTable,
 } from './expand-pf-rules.js';
-import { formatPfConfProblems } from './parse-pf-conf.js';
+import { formatPfConfProblems, isNotModelled } from './parse-pf-conf.js';
 import {
   evaluateForwardedPfPacket,
   evaluatePfPacket,
@@ -20,6 +20,7 @@ import {
   type PfStateTable,
 } from './pf-evaluator.js';
 import { formatPfRule, formatPrefix } from './format-pf-rule.js';
+import { optimizeFilterRuleset } from './pfctl-optimize.js';
 import {
   formatProtocol,
   PF_RULESET_NAMES,
@@ -48,8 +49,11 @@ import {
  *   for one anchor collide, and so does another process (`injectTransactionCollision`).
  * - `-a ANCHOR -f FILE`: that anchor alone (rules of every ruleset, tables), `load anchor` and
  *   options ignored (NOTES §2, pfctl.c:1505-1507, :2191).
- * - `-n`: parse only, no ticket, no table (NOTES §2); EXCEPT, UNVERIFIED, a main-ruleset `-nf`
- *   begins each load anchor's transaction and defines its tables, as the field report saw it.
+ * - `-n`: parse only, no ticket, no table, every `load anchor` parsed (F93 pfctl.c pfctl_rules,
+ *   pfctl_load_anchors; parse.y process_tabledef): a duplicated `load anchor` passes `-n` and
+ *   fails the load. A file using what the model does not implement fails with exit 2 and
+ *   "not modelled: …", never as a pfctl refusal.
+ * - the optimizer (`-o none|basic`, `set ruleset-optimization`, basic by default): pfctl-optimize.ts.
  * - `-E`/`-X`/`-s References`/`-e`/`-d`: XNU pf_ioctl.c tokens and reference count (NOTES §3).
  * - `-s rules|nat|Anchors|Tables|References|info|states`, `-v` counters (F93 print formats), the
  *   counters moved by packets sent through the pf evaluator (`sendPacket`, `forwardPacket`).
@@ -84,6 +88,8 @@ export interface PfctlModelState {
   tickets: Record<string, { rules: number; tables: number }>;
   states: PfState[];
   nextStateId: number;
+  /** Round-robin NAT pools' positions (XNU pf_pool counter), by rule; absent in older states. */
+  pools?: Record<string, number>;
   skip: string[];
   statePolicy: 'floating' | 'if-bound';
   /** Fault injection: another process begins a transaction on these anchors during our next load. */
@@ -100,7 +106,13 @@ export interface PfctlModelToken {
 
 export interface PfctlModelAnchor {
   /** The texts loaded into this anchor: the file of the last load, then rules inserted by system services. */
-  sources: { file: string; text: string; interfaces: Record<string, string[]> }[];
+  sources: {
+    file: string;
+    text: string;
+    interfaces: Record<string, string[]>;
+    /** The optimizer level it was loaded with (absent: none, as rules inserted without pfctl). */
+    optimize?: 'none' | 'basic';
+  }[];
   tables: Record<string, { entries: string[]; persist: boolean; constant: boolean }>;
   /** Rulesets emptied by `-F` since the last load. */
   flushed: PfRulesetName[];
@@ -405,7 +417,17 @@ export class PfctlModel {
         anchorPath: path,
         interfaces: parseInterfaces(source.interfaces),
       });
-      if (loaded.load !== null) parts.push(loaded.load.rulesets); // only loads that passed are stored
+      // only loads that passed are stored
+      if (loaded.load !== null) {
+        parts.push(
+          source.optimize === 'basic'
+            ? optimizeFilterRuleset(loaded.load.rulesets, {
+                noAction: false,
+                counter: { next: 0 },
+              }).rulesets
+            : loaded.load.rulesets,
+        );
+      }
     }
     const all = concatRulesets(parts);
     const empty = concatRulesets([]);
@@ -423,7 +445,8 @@ export class PfctlModel {
   }
 
   private stateTable(): PfStateTable {
-    return { states: this.state.states, nextId: this.state.nextStateId };
+    this.state.pools ??= {};
+    return { states: this.state.states, nextId: this.state.nextStateId, pools: this.state.pools };
   }
 
   private count(result: PfEvaluation, bytes: number): void {
@@ -468,6 +491,7 @@ function passDisabled(packet: PfPacket): PfEvaluation {
     verdict: 'pass',
     returned: false,
     decidedBy: 'skip',
+    fragment: null,
     rule: null,
     label: null,
     translation: null,
@@ -526,6 +550,7 @@ class PfctlExit extends Error {
 // getopt(3) string of pfctl (F93 pfctl.c main) plus Apple's -E and -X TOKEN (pfctl(8), macOS).
 const OPTIONS_WITH_VALUE = new Set([
   'a',
+  'o',
   'D',
   'f',
   'F',
@@ -567,6 +592,15 @@ export const PFCTL_LOAD_WARNING =
   'present in the main ruleset added by the system at startup.\n' +
   'See /etc/pf.conf for further details.\n';
 const NOT_LOADED = 'pfctl: Syntax error in config file: pf rules not loaded\n';
+/** F93 pfctl.c pfctl_rules: the order pfctl_load_ruleset is called in (dummynet: Apple's). */
+const LOAD_ORDER: readonly PfRulesetName[] = ['scrub', 'nat', 'rdr', 'binat', 'dummynet', 'filter'];
+
+/** `-o` / `set ruleset-optimization`: pfctl reads the first letter (F93 pfctl.c main). */
+function optimizerLevel(text: string): 'none' | 'basic' | 'profile' {
+  if (text.startsWith('n')) return 'none';
+  if (text.startsWith('p') || text.startsWith('o')) return 'profile';
+  return 'basic';
+}
 
 type Transaction = { anchor: string; rules: number; tables: number }[];
 
@@ -576,6 +610,9 @@ interface LoadedFile {
   readonly text: string;
   readonly load: PfAnchorLoad;
   readonly options: readonly PfOption[];
+  readonly optimize: 'none' | 'basic';
+  /** Tables the optimizer made, in the order it made them (printed under -v). */
+  readonly automatic: readonly string[];
 }
 
 interface ParsedArgs {
@@ -590,6 +627,8 @@ interface ParsedArgs {
   table: string | null;
   tableCommand: string | null;
   release: string | null;
+  /** `-o none|basic|profile` (F93 pfctl.c main: the first letter decides). */
+  optimize: string | null;
   operands: string[];
 }
 
@@ -662,6 +701,7 @@ class Invocation {
       table: null,
       tableCommand: null,
       release: null,
+      optimize: null,
       operands: [],
     };
     for (let i = 0; i < this.argv.length; i++) {
@@ -717,6 +757,9 @@ class Invocation {
         break;
       case 'X':
         parsed.release = value;
+        break;
+      case 'o':
+        parsed.optimize = value;
         break;
       default:
         this.unsupported(`-${letter}`);
@@ -793,22 +836,33 @@ class Invocation {
       // ALTQ is masked out of anchor loads (`loadopt &= …`, F93 pfctl.c:2191).
       this.stderr += main ? `${PFCTL_LOAD_WARNING}\n${ALTQ_NOTICE}` : PFCTL_LOAD_WARNING;
     }
+    // F93 pfctl.c main: `-o` overrides the file's `set ruleset-optimization`; the default is
+    // basic (`static int optimize = PF_OPTIMIZE_BASIC`). Profile reads the running ruleset's
+    // counters to reorder quick rules (block_feedback): not modelled.
+    const forced = args.optimize === null ? null : optimizerLevel(args.optimize);
+    if (forced === 'profile') this.unsupported('-o profile (ruleset reordering by counters)');
 
     // One transaction for the whole load: the main ruleset (or the -a anchor), then each
     // `load anchor` of a main-ruleset load (F93 pfctl.c pfctl_rules; pfctl_ruleset_trans
-    // 1235-1261 begins the elements of each anchor as it is reached).
+    // 1235-1261 begins the elements of each anchor as it is reached). Under -n nothing is begun
+    // and no table is defined (F93 pfctl.c pfctl_rules: `if ((opts & PF_OPT_NOACTION) == 0)`
+    // around DIOCXBEGIN; parse.y process_tabledef defines a table only without -n), but every
+    // `load anchor` is still parsed (pfctl_load_anchors runs either way), so a duplicated one
+    // is parsed twice and passes.
     const transaction: Transaction = [];
     const loads: LoadedFile[] = [];
     const problems: string[] = [];
+    // Set inside loadOne: an object, so the check after the loads sees it.
+    const seen = { notModelled: false };
+    const counter = { next: 0 };
 
     const loadOne = (
       anchor: string,
       path: string,
       body: string,
-      transactional: boolean,
     ): readonly { anchor: string; file: string }[] => {
       const shown = path === '-' ? 'stdin' : path;
-      if (transactional) this.begin(anchor, transaction);
+      if (!noAction) this.begin(anchor, transaction);
       const loaded = loadPfConfText(body, {
         file: shown,
         anchorPath: anchor,
@@ -818,9 +872,24 @@ class Invocation {
       });
       if (loaded.load === null) {
         problems.push(formatPfConfProblems(loaded.problems));
+        seen.notModelled ||= loaded.problems.some(isNotModelled);
         return [];
       }
-      if (transactional) {
+      const fromFile = loaded.conf.options.find((o) => o.name === 'ruleset-optimization');
+      const level =
+        forced ?? (fromFile === undefined ? 'basic' : optimizerLevel(fromFile.value[0] ?? ''));
+      if (level === 'profile') this.unsupported('set ruleset-optimization profile');
+      let load = loaded.load;
+      let automatic: string[] = [];
+      if (level === 'basic') {
+        const optimized = optimizeFilterRuleset(load.rulesets, { noAction, counter });
+        automatic = [...optimized.tables.keys()];
+        load = {
+          rulesets: optimized.rulesets,
+          tables: new Map([...load.tables, ...optimized.tables]),
+        };
+      }
+      if (!noAction) {
         // Tables are defined while parsing, with the transaction's FIRST ticket for the anchor
         // (pfctl_get_ticket, pfctl_parser.c:1731-1740); the kernel answers EBUSY when another
         // begin has moved the anchor's table ticket since (pfr_ina_define, pf_table.c:1677-1679),
@@ -838,39 +907,50 @@ class Invocation {
         anchor,
         file: shown,
         text: body,
-        load: loaded.load,
+        load,
         options: loaded.conf.options,
+        optimize: level,
+        automatic,
       });
       // `load anchor` is processed only for the main ruleset (pfctl.c:1505-1507): in an anchor
       // file loaded with -a it is silently ignored (NOTES §2).
       return main && anchor === MAIN ? loaded.conf.loadAnchors : [];
     };
 
-    // Under -n nothing is begun for the file itself (pfctl.c:1462-1476, NOTES §2).
-    const anchorLines = loadOne(args.anchor, file, text, !noAction);
+    const anchorLines = loadOne(args.anchor, file, text);
     for (const line of anchorLines) {
       const body = this.state.files[line.file] ?? this.options.readFile?.(line.file);
       if (body === undefined) {
         problems.push(`pfctl: ${line.file}: No such file or directory\n`);
         continue;
       }
-      if (noAction) {
-        // UNVERIFIED: the field report saw `pfctl -nf /etc/pf.conf` act on `load anchor` and fail
-        // with "Resource busy" (DESIGN.md §1A); upstream pfctl opens no transaction and defines
-        // no table under -n (NOTES §2). The model follows the field report: it begins the
-        // anchor's transaction (bumping its tickets) and defines its tables, then commits nothing.
-        this.stderr += `pfctl-model: UNVERIFIED: -n processed load anchor "${line.anchor}" as the field report saw it (upstream pfctl writes nothing under -n)\n`;
-      }
-      loadOne(line.anchor, line.file, body, true);
+      loadOne(line.anchor, line.file, body);
     }
     if (problems.length > 0) {
       // The transaction is rolled back (F93 pfctl.c ERRX → DIOCXROLLBACK): nothing changes.
       this.stderr += problems.join('');
+      // A file the model cannot judge is not one pfctl would refuse: say so, with exit 2.
+      if (seen.notModelled) {
+        this.fail(
+          'pfctl-model: the file uses what the model does not implement (not modelled, above): nothing loaded',
+          2,
+        );
+      }
       this.fail(NOT_LOADED);
     }
     if (args.verbose > 0) {
-      for (const { load } of loads) {
-        for (const name of PF_RULESET_NAMES) {
+      // -v prints each rule as pfctl_load_rule loads it, rulesets in pfctl_rules' order
+      // (scrub, nat, rdr, binat, then filter), after the optimizer's tables (print_tabledef).
+      for (const { load, automatic } of loads) {
+        for (const name of automatic) {
+          const table = load.tables.get(name);
+          if (table === undefined) continue;
+          const entries = table.entries.map(
+            (e) => `${e.negated ? '!' : ''}${formatPrefix(e.prefix)}`,
+          );
+          this.stdout += `table <${name}> const { ${entries.join(', ')} }\n`;
+        }
+        for (const name of LOAD_ORDER) {
           for (const rule of load.rulesets[name]) this.stdout += `${formatPfRule(rule)}\n`;
         }
       }
@@ -910,9 +990,12 @@ class Invocation {
    * counters. The main ruleset's options apply only from a main load (-a ignores options,
    * F93 pfctl.c:2191).
    */
-  private commit({ anchor, file, text, load, options }: LoadedFile, isMain: boolean): void {
+  private commit(
+    { anchor, file, text, load, options, optimize }: LoadedFile,
+    isMain: boolean,
+  ): void {
     const target = this.model.anchorFor(anchor);
-    target.sources = [{ file, text, interfaces: { ...this.state.interfaces } }];
+    target.sources = [{ file, text, interfaces: { ...this.state.interfaces }, optimize }];
     target.flushed = [];
     const kept = Object.entries(target.tables).filter(([, t]) => t.persist);
     target.tables = Object.fromEntries(kept);
@@ -1016,6 +1099,17 @@ class Invocation {
       case 'R':
         this.showReferences();
         return;
+      case 'I': {
+        // F93 pfctl_show_ifaces / print_iface: every kif by name (RB order), `(skip)` with -v.
+        const names = [
+          ...new Set(['all', ...Object.keys(this.state.interfaces), ...this.state.skip]),
+        ];
+        for (const name of names.sort((a, b) => (a < b ? -1 : a > b ? 1 : 0))) {
+          const skipped = args.verbose > 0 && this.state.skip.includes(name) ? ' (skip)' : '';
+          this.stdout += `${name}${skipped}\n`;
+        }
+        return;
+      }
       case 'i':
         this.stdout += `Status: ${this.state.enabled ? 'Enabled' : 'Disabled'} for ${formatUptime(this.state.clock)}           Debug: Urgent\n\n`;
         this.stdout += `State Table                          Total             Rate\n`;

@@ -83,7 +83,9 @@ Examples:
 
 The agent pins the controller's CA from the bootstrap token and refuses a controller whose
 certificate does not chain to it. Its credential is stored (0600) in the state directory.
-Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
+Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself (exit 0), and so does
+one whose credential was revoked (exit 1). After any other error the agent waits longer each time
+(1 s doubling to 60 s, jittered, at least the controller's Retry-After) and never stops trying.`,
     )
     .action(async (opts: AgentCommandOptions) => {
       if (opts.printUnit !== undefined) {
@@ -149,7 +151,7 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
       process.on('SIGINT', stop);
       process.on('SIGTERM', stop);
       try {
-        await runAgent({
+        const end = await runAgent({
           serverUrl: opts.server,
           tokenFile: opts.tokenFile,
           stateDir: target.state,
@@ -162,8 +164,9 @@ Stops on SIGINT or SIGTERM; a decommissioned host's agent stops by itself.`,
           metrics,
           log: (line) => ctx.output.err.write(`${new Date().toISOString()} ${line}\n`),
         });
-        // Stopped by a signal, or decommissioned by the controller: both are a clean end.
-        ctx.setExit(EXIT.ok);
+        // Stopped by a signal, or decommissioned by the controller: a clean end. A revoked
+        // credential is a failure (the unit does not restart it: it would be refused again).
+        ctx.setExit(end === 'revoked' ? EXIT.failed : EXIT.ok);
       } finally {
         process.off('SIGINT', stop);
         process.off('SIGTERM', stop);

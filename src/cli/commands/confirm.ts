@@ -4,7 +4,7 @@ import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { backendOf, hostContext } from '../../host/index.js';
 import { printJson, printLine } from '../output.js';
-import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
+import { addTargetOptions, targetOf, warnLockWait, type TargetOptions } from '../target-options.js';
 
 /** Registers `confirm`. */
 export function registerConfirm(program: Command, ctx: CommandContext): void {
@@ -15,7 +15,10 @@ export function registerConfirm(program: Command, ctx: CommandContext): void {
       .option('--json', 'print the confirmed generation as JSON'),
   ).action(async (opts: TargetOptions & { json?: boolean }) => {
     const target = targetOf(opts);
-    const pending = await confirmGeneration(hostContext(target, backendOf(target)));
+    const pending = await confirmGeneration({
+      ...hostContext(target, backendOf(target)),
+      onLockWait: warnLockWait,
+    });
     if (opts.json === true) printJson(ctx.output, { confirmed: pending.generation });
     else printLine(ctx.output, `confirmed generation ${pending.generation}`);
     ctx.setExit(EXIT.ok);

@@ -1,10 +1,17 @@
+import { randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { basename } from 'node:path';
 import { Option, type Command } from 'commander';
 import { registry } from '../../backends/index.js';
-import { EgressguardError } from '../../core/index.js';
+import { EgressguardError, isEgressguardError } from '../../core/index.js';
 import type { AuditEntry, EventView, HostView, RolloutView } from '../../fleet/index.js';
-import { formatIssue, type PolicyIssue } from '../../policy/index.js';
+import {
+  formatIssue,
+  hasErrors,
+  inlineListFiles,
+  loadPolicy,
+  type PolicyIssue,
+} from '../../policy/index.js';
 import {
   createOperatorClient,
   OperatorCallError,
@@ -92,8 +99,10 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
     };
 
   const push = fleet.command('push');
-  // Backend options ride with the push (no defaults here: a host's agent applies the backend's).
-  for (const { option, backends } of registry.options()) {
+  // Backend options ride with the push (no defaults here: a host's agent applies the backend's),
+  // except those only a host sets (the controller refuses them).
+  const pushable = registry.options().filter(({ option }) => option.hostOnly !== true);
+  for (const { option, backends } of pushable) {
     push.addOption(
       new Option(option.flag, `${option.description} (${backends.join(', ')}), on every host`),
     );
@@ -112,10 +121,10 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
         'how long a wave must stay converged before the next starts',
         '60s',
       )
+      .option('--max-failures <n>', 'failing hosts a wave tolerates before the rollout pauses', '0')
       .option(
-        '--max-failures <n>',
-        'failing hosts a wave tolerates before the rollout pauses',
-        '0',
+        '--idempotency-key <key>',
+        'the key of this push: sent again with it, it is never pushed twice (default: a new one, kept across the retries of this command)',
       ),
   ).action(
     run(async (client, opts, file: string) => {
@@ -124,16 +133,10 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
         maxUnavailable?: string;
         bake: string;
         maxFailures: string;
+        idempotencyKey?: string;
       };
-      let text: string;
-      try {
-        text = readFileSync(file, 'utf8');
-      } catch (error) {
-        throw new EgressguardError(
-          'io',
-          `Cannot read policy "${file}": ${(error as Error).message}`,
-        );
-      }
+      const text = readPolicyToPush(ctx.output, file, opts.json === true);
+      if (text === undefined) return EXIT.failed;
       const rollout = {
         canary: parseWholeNumber(o.canary, '--canary'),
         bakeMs: parseDurationMs(o.bake, '--bake'),
@@ -142,13 +145,19 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
           ? {}
           : { maxUnavailable: parseWholeNumber(o.maxUnavailable, '--max-unavailable', 1) }),
       };
-      const options = backendOptionsOf(opts as TargetOptions);
-      const result = (await client.call('POST', '/v1/pushes', {
-        policy: text,
-        source: basename(file),
-        rollout,
-        ...(Object.keys(options).length === 0 ? {} : { options }),
-      })) as {
+      const options = backendOptionsOf(opts as TargetOptions, pushable);
+      const idempotencyKey = o.idempotencyKey ?? `k${randomUUID()}`;
+      const result = (await callWithRetries(
+        () =>
+          client.call('POST', '/v1/pushes', {
+            policy: text,
+            source: basename(file),
+            rollout,
+            idempotencyKey,
+            ...(Object.keys(options).length === 0 ? {} : { options }),
+          }),
+        idempotencyKey,
+      )) as {
         pushId: string;
         rolloutId: string;
         waves: number[];
@@ -362,6 +371,57 @@ export function registerFleet(program: Command, ctx: CommandContext): void {
       return EXIT.ok;
     }),
   );
+}
+
+/**
+ * The policy text to push: validated here first (its list files read on this side, every problem
+ * shown with this file's lines), then with each `files:` list put into the text, since the
+ * controller never opens a path a policy names. Undefined when the policy is invalid.
+ */
+function readPolicyToPush(output: Output, file: string, json: boolean): string | undefined {
+  const checked = loadPolicy(file);
+  if (hasErrors(checked.issues)) {
+    const message = `Cannot push policy "${file}": it has ${checked.issues.length} problem(s)`;
+    if (json)
+      printJson(output, { error: { code: 'policy-invalid', message, issues: checked.issues } });
+    else {
+      output.err.write(`${paint(output, 'red', 'error')}: ${message}\n`);
+      for (const issue of checked.issues) output.err.write(`${formatIssue(issue)}\n`);
+    }
+    return undefined;
+  }
+  return inlineListFiles(readFileSync(file, 'utf8'), file);
+}
+
+/**
+ * Calls again, with the same idempotency key, when the controller could not be reached or
+ * answered 5xx (its store away or its disk full): a push it committed before the error is
+ * answered, never made twice. Refusals (4xx) are final.
+ */
+async function callWithRetries(call: () => Promise<unknown>, key: string): Promise<unknown> {
+  const delays = [500, 1_000, 2_000, 4_000];
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await call();
+    } catch (error) {
+      const transient =
+        (error instanceof OperatorCallError && error.status >= 500) ||
+        (isEgressguardError(error) && error.code === 'io');
+      const delay = delays[attempt];
+      if (!transient || delay === undefined) {
+        if (!transient) throw error;
+        throw new EgressguardError(
+          'command-failed',
+          `${(error as Error).message}; the push was tried ${attempt + 1} times`,
+          {
+            cause: error,
+            hint: `run it again with --idempotency-key ${key}: a push the controller took under that key is not pushed twice`,
+          },
+        );
+      }
+      await new Promise((resolve) => setTimeout(resolve, delay));
+    }
+  }
 }
 
 function isReady(host: HostView): boolean {

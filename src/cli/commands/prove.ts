@@ -122,7 +122,8 @@ Example:
   egressguard prove testdata/policies/valid/k3s-vpn-egress/policy.yaml --emit chainsaw suite/ --echo-url http://203.0.113.80:8080/
 
 Exit codes: 0 every measurement agreed (and, with --strict, every requirement is covered);
-1 a measurement failed or --strict is unmet; 2 bad usage or a runtime error.`,
+1 enforcement failed (a measurement disagreed with the policy) or --strict is unmet; 2 bad usage,
+a runtime error, or a measurement the lab could not take while nothing measured failed.`,
     );
   addBackendOptions(command, suiteOptions());
   command.action(async (file: string, dir: string | undefined, opts: ProveCliOptions) => {
@@ -168,7 +169,15 @@ Exit codes: 0 every measurement agreed (and, with --strict, every requirement is
       }).trimEnd(),
     );
     const strictFailed = opts.strict === true && report.strictProblems.length > 0;
-    ctx.setExit(report.passed && !strictFailed ? EXIT.ok : EXIT.failed);
+    ctx.setExit(
+      report.outcome === 'failed'
+        ? EXIT.failed
+        : report.outcome === 'unmeasured'
+          ? EXIT.error
+          : strictFailed
+            ? EXIT.failed
+            : EXIT.ok,
+    );
   });
 }
 

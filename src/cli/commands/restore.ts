@@ -12,7 +12,7 @@ import { EXIT } from '../exit-codes.js';
 import { describeLiveProblem } from '../../backends/index.js';
 import { backendOf, hostContext } from '../../host/index.js';
 import { printJson, printLine } from '../output.js';
-import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
+import { addTargetOptions, targetOf, warnLockWait, type TargetOptions } from '../target-options.js';
 
 /** Registers `restore`. */
 export function registerRestore(program: Command, ctx: CommandContext): void {
@@ -71,6 +71,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
             ...context,
             generation,
             ...lockWait,
+            onLockWait: warnLockWait,
           });
           if (opts.json === true) printJson(ctx.output, outcome);
           else printOutcome(ctx, outcome);
@@ -81,6 +82,7 @@ export function registerRestore(program: Command, ctx: CommandContext): void {
           ...context,
           ...(opts.previous === true ? { from: FILES.previous } : {}),
           ...lockWait,
+          onLockWait: warnLockWait,
         });
         if (opts.json === true) printJson(ctx.output, outcome);
         else printOutcome(ctx, outcome);

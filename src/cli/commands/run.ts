@@ -239,6 +239,7 @@ async function connectGateway(
   const connection = await support.connect({
     credentials: cluster.credentials,
     node: cluster.node,
+    facts: prepared.facts,
   });
   return { connection, duties, tickMs: cluster.tickMs, listen: cluster.listen };
 }

@@ -35,12 +35,21 @@ export function registerSelftest(program: Command, ctx: CommandContext): void {
       const confirmed = checks
         .filter((c) => c.ok && c.assumption !== null)
         .map((c) => c.assumption);
-      const refuted = checks.filter((c) => !c.ok && c.assumption !== null).map((c) => c.assumption);
+      const failed = (c: (typeof checks)[number]): boolean => !c.ok && c.cannotTell === undefined;
+      const refuted = checks
+        .filter((c) => failed(c) && c.assumption !== null)
+        .map((c) => c.assumption);
+      const cannotTell = checks
+        .filter((c) => c.cannotTell !== undefined)
+        .map((c) => ({ name: c.name, reason: c.cannotTell }));
       if (opts.json === true) {
-        printJson(ctx.output, { backend: backend.name, checks, confirmed, refuted });
+        printJson(ctx.output, { backend: backend.name, checks, confirmed, refuted, cannotTell });
       } else {
-        for (const c of checks)
-          printLine(ctx.output, `${c.ok ? 'ok  ' : 'FAIL'} ${c.name}: ${c.detail}`);
+        for (const c of checks) {
+          const mark = c.ok ? 'ok  ' : c.cannotTell === undefined ? 'FAIL' : 'n/a ';
+          const reason = c.cannotTell === undefined ? '' : ` (cannot tell: ${c.cannotTell})`;
+          printLine(ctx.output, `${mark} ${c.name}: ${c.detail}${reason}`);
+        }
         printLine(ctx.output, `\nConfirmed model assumptions (${confirmed.length}):`);
         for (const a of confirmed) printLine(ctx.output, `  - ${a}`);
         if (refuted.length > 0) {
@@ -48,6 +57,6 @@ export function registerSelftest(program: Command, ctx: CommandContext): void {
           for (const a of refuted) printLine(ctx.output, `  - ${a}`);
         }
       }
-      ctx.setExit(checks.every((c) => c.ok) ? EXIT.ok : EXIT.failed);
+      ctx.setExit(checks.some(failed) ? EXIT.failed : EXIT.ok);
     });
 }

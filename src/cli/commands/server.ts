@@ -1,6 +1,14 @@
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
-import { startServer } from '../../server/index.js';
+import { EgressguardError, packagePath } from '../../core/index.js';
+import {
+  SERVER_STATE_DIR,
+  SERVER_UNIT_KINDS,
+  parseListen,
+  renderServerUnit,
+  startServer,
+  type ServerUnitKind,
+} from '../../server/index.js';
 import type { CommandContext } from '../command-context.js';
 import { EXIT } from '../exit-codes.js';
 import { parseWholeNumber, serverStateDir } from '../fleet-options.js';
@@ -15,13 +23,15 @@ interface ServerCommandOptions {
   tlsName: string[];
   insecureHttp?: boolean;
   operatorTokenFile?: string;
+  metricsTokenFile?: string;
   pollInterval: string;
+  printUnit?: string;
 }
 
 /** Registers `server`. */
 export function registerServer(program: Command, ctx: CommandContext): void {
-  program
-    .command('server')
+  const command = program.command('server');
+  command
     .description('Run a fleet controller: enrollment, bundles, status, rollouts in waves, metrics')
     .option(
       '--store <url>',
@@ -51,9 +61,17 @@ export function registerServer(program: Command, ctx: CommandContext): void {
       'the operator token (else $EGRESSGUARD_OPERATOR_TOKEN, else created in the state directory)',
     )
     .option(
+      '--metrics-token-file <file>',
+      'the credential /metrics asks for (else $EGRESSGUARD_METRICS_TOKEN, else metrics.token, created in the state directory)',
+    )
+    .option(
       '--poll-interval <seconds>',
       'how long agents long-poll; a host silent for two intervals is marked so',
       '30',
+    )
+    .option(
+      '--print-unit <kind>',
+      `print the systemd service that runs this server with these options, or its user's sysusers.d entry, and exit (${SERVER_UNIT_KINDS.join(', ')})`,
     )
     .addHelpText(
       'after',
@@ -63,11 +81,21 @@ Examples:
   egressguard server --store postgres://eg@db/fleet    # one of several replicas
   egressguard server --listen 127.0.0.1:8080 --insecure-http
 
-On first start the server creates a CA in its state directory (ca.pem, ca.key) and an operator
-token (operator.token, 0600) unless one is given. Bootstrap tokens carry the CA's sha256 pin.
-Stops on SIGINT or SIGTERM.`,
+On first start the server creates a CA in its state directory (ca.pem, ca.key), an operator
+token (operator.token, 0600) and a metrics scrape token (metrics.token, 0600) unless given.
+Bootstrap tokens carry the CA's sha256 pin. Stops on SIGINT or SIGTERM.
+
+As a service, under its own user (systemd-analyze verify them first):
+  egressguard server --print-unit sysusers > /etc/sysusers.d/egressguard-server.conf
+  egressguard server --store postgres://eg@db/fleet --print-unit systemd \
+    > /etc/systemd/system/egressguard-server.service
+  systemd-sysusers && systemctl enable --now egressguard-server`,
     )
     .action(async (opts: ServerCommandOptions) => {
+      if (opts.printUnit !== undefined) {
+        printUnit(ctx, command, opts);
+        return;
+      }
       const stateDir = opts.stateDir ?? serverStateDir();
       const pollSeconds = parseWholeNumber(opts.pollInterval, '--poll-interval', 1);
       const server = await startServer({
@@ -80,6 +108,7 @@ Stops on SIGINT or SIGTERM.`,
         tlsCaFile: opts.tlsCa,
         tlsNames: opts.tlsName,
         operatorTokenFile: opts.operatorTokenFile,
+        metricsTokenFile: opts.metricsTokenFile,
         pollIntervalMs: pollSeconds * 1000,
         log: (line) => ctx.output.err.write(`${line}\n`),
       });
@@ -98,6 +127,43 @@ Stops on SIGINT or SIGTERM.`,
       await server.close();
       ctx.setExit(EXIT.ok);
     });
+}
+
+/**
+ * `--print-unit`: the service runs this server with the options given on this command line, its
+ * state in the directory systemd makes for it, and SQLite there unless a store was given.
+ */
+function printUnit(ctx: CommandContext, command: Command, opts: ServerCommandOptions): void {
+  const kind = opts.printUnit as ServerUnitKind;
+  if (!SERVER_UNIT_KINDS.includes(kind)) {
+    throw new EgressguardError('usage', `Cannot use --print-unit "${String(opts.printUnit)}"`, {
+      hint: `use one of: ${SERVER_UNIT_KINDS.join(', ')}`,
+    });
+  }
+  const args: string[] = [];
+  for (const option of command.options) {
+    const key = option.attributeName();
+    if (key === 'printUnit' || command.getOptionValueSource(key) !== 'cli') continue;
+    const value: unknown = (opts as unknown as Record<string, unknown>)[key];
+    const values = Array.isArray(value) ? value : [value];
+    for (const v of values) {
+      if (typeof v === 'boolean' && v) args.push(option.long ?? '');
+      if (typeof v !== 'string') continue;
+      const absolute =
+        key.endsWith('File') || key === 'tlsCert' || key === 'tlsKey' || key === 'tlsCa';
+      args.push(option.long ?? '', absolute ? resolve(v) : v);
+    }
+  }
+  if (!args.includes('--state-dir')) args.push('--state-dir', SERVER_STATE_DIR);
+  if (!args.includes('--store')) args.push('--store', `sqlite:${SERVER_STATE_DIR}/fleet.db`);
+  const unit = renderServerUnit(kind, {
+    node: process.execPath,
+    bin: packagePath('bin', 'egressguard.js'),
+    args,
+    port: parseListen(opts.listen).port,
+  });
+  ctx.output.out.write(unit.content);
+  ctx.setExit(EXIT.ok);
 }
 
 function collect(value: string, previous: string[]): string[] {

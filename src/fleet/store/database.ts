@@ -14,6 +14,13 @@ export interface Database {
   waves: WaveTable;
   events: EventTable;
   audit_log: AuditTable;
+  store_probe: StoreProbeTable;
+}
+
+/** One row the store's health probe writes (migration 0003). */
+export interface StoreProbeTable {
+  id: number;
+  at: number;
 }
 
 export interface HostTable {
@@ -24,6 +31,8 @@ export interface HostTable {
   facts_digest: string | null;
   agent_version: string | null;
   enrolled_at: number;
+  /** The bootstrap token that enrolled it (migration 0003): it may ask again if the answer was lost. */
+  enrolled_token_id: string | null;
   last_checkin_at: number | null;
   /** The push whose policy this host should run, set when its wave starts. */
   desired_push_id: string | null;
@@ -38,6 +47,8 @@ export interface HostTable {
   failure_count: number;
   next_attempt_at: number | null;
   last_error: string | null;
+  /** What failed at `failure_hash`: `ApplyFailed` (null) or `BundleRefused` (migration 0003). */
+  failure_reason: string | null;
   /** The hash the agent found can never be valid on this host (it does not compile for its facts). */
   invalid_hash: string | null;
   invalid_message: string | null;
@@ -84,6 +95,8 @@ export interface PushTable {
   created_at: number;
   /** The backend options pushed with the policy, JSON (migration 0002). */
   backend_options: Generated<string>;
+  /** The key a client sent so that a retried push is not pushed twice (migration 0003). */
+  idempotency_key: string | null;
 }
 
 export interface RolloutTable {

@@ -19,8 +19,33 @@ export function createMigrationProvider(dialect: StoreDialect): MigrationProvide
           .execute();
       },
     },
+    '0003_idempotent_pushes_and_health': { up: (db) => addIdempotencyAndHealth(db) },
   };
   return { getMigrations: () => Promise.resolve(migrations) };
+}
+
+/**
+ * A push may carry a client's idempotency key (a retry after an error never pushes twice); a host's
+ * failure says what failed (an apply, or a bundle the agent refused); a host remembers the token
+ * that enrolled it (an agent whose answer was lost may enroll again); a one-row table the health
+ * probe writes (a committed write is the only proof that a full disk has room again).
+ */
+async function addIdempotencyAndHealth(db: Kysely<unknown>): Promise<void> {
+  await db.schema.alterTable('pushes').addColumn('idempotency_key', 'text').execute();
+  await db.schema
+    .createIndex('pushes_idempotency_key')
+    .on('pushes')
+    .column('idempotency_key')
+    .unique()
+    .execute();
+  await db.schema.alterTable('hosts').addColumn('failure_reason', 'text').execute();
+  await db.schema.alterTable('hosts').addColumn('enrolled_token_id', 'text').execute();
+  await db.schema
+    .createTable('store_probe')
+    .addColumn('id', 'integer', (c) => c.primaryKey())
+    .addColumn('at', 'bigint', (c) => c.notNull())
+    .execute();
+  await sql`insert into store_probe (id, at) values (1, 0)`.execute(db);
 }
 
 async function createFleetTables(db: Kysely<unknown>, dialect: StoreDialect): Promise<void> {

@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { EgressguardError, packagePath, parseAddress } from '../../core/index.js';
 import type { Runner } from '../../runner/index.js';
 import { isNonce } from './create-nonce.js';
+import { labPython } from './lab-python.js';
 
 /** What a probe packet is; `icmp` is an echo request, ICMPv6 for an IPv6 destination. */
 export type PacketKind = 'tcp' | 'udp' | 'dns' | 'icmp' | 'gre' | 'esp' | 'sctp' | 'ip';
@@ -91,7 +92,7 @@ export async function sendPackets(
     (sum, p) => sum + ((p.count ?? 1) - 1) * (p.intervalMs ?? 0),
     0,
   );
-  const { stdout } = await runner.run(['python3', SENDER], {
+  const { stdout } = await runner.run([await labPython(runner), SENDER], {
     effect: 'change',
     input: JSON.stringify({ nonce: batch.nonce, packets: batch.packets }),
     timeoutMs: durationMs + 15_000,

@@ -1,4 +1,7 @@
-import { EgressguardError } from '../../core/index.js';
+import { mkdtempSync, openSync, readSync, closeSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createPcapReader, EgressguardError, type PcapReader } from '../../core/index.js';
 import type { RunningCommand } from '../../runner/index.js';
 import type { Lab } from './create-lab.js';
 import { createNonce, isNonce } from './create-nonce.js';
@@ -69,7 +72,8 @@ const SETTLE_MS = 50;
 const CONTROL_PORT = 9; // discard
 const SNAPLEN = 1600; // whole 1500-byte frames; probes carry the nonce right after their headers
 const BUFFER_KIB = 16384;
-const ETHERNET_HEADER = 14;
+// How often the capture file is read while a control is awaited.
+const POLL_MS = 20;
 
 /**
  * Starts tcpdump on a lab interface, counting packets that carry `nonce`. Call armed() before
@@ -94,23 +98,29 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
   await checkInterface(lab, { node, iface });
   const control = resolveControl(lab, options, direction);
   const timeoutMs = options.control?.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  const capture = new Capture(nonce);
+  // tcpdump writes to a file, not to a pipe this process reads: a pipe read by a process that
+  // is busy (applying, judging) blocks tcpdump, its ring overflows and the counts are void; a
+  // file takes every packet at once, and is read here when a control is awaited and at the end.
+  const dir = mkdtempSync(join(tmpdir(), 'egressguard-observer-'));
+  const file = join(dir, 'capture.pcap');
+  const capture = new Capture(nonce, file);
   const subject = `observer on "${iface}" of lab node "${node}"`;
 
   const running: RunningCommand = lab.runner(node).start(
     [
       // stderr joins stdout: tcpdump reports the packets its socket dropped only there, at exit.
       ...['sh', '-c', 'exec tcpdump "$@" 2>&1', 'tcpdump'],
-      ...['-i', iface, '-Q', direction, '-n', '-q', '-t'],
-      // -l: a line at a time; --immediate-mode: no TPACKET_V3 block timeout of up to 1 s.
-      ...['-l', '--immediate-mode'],
+      ...['-i', iface, '-Q', direction, '-n'],
+      // --immediate-mode: no TPACKET_V3 block timeout of up to 1 s; -U: each packet written to
+      // the file as it comes, so that a control is readable at once.
+      ...['--immediate-mode', '-U'],
       // -p: no promiscuous mode, which would change the link; a veth hands its peer every frame.
       '-p',
       // The ring holds buffer / snaplen frames: the default snaplen (262144) leaves room for
       // about 16 in 4 MiB, and a burst of probes overflows it.
       ...['-s', String(SNAPLEN), '-B', String(BUFFER_KIB)],
-      // -x: each packet in hex from its IP header on, read by Capture below.
-      ...['-x', 'ip or ip6'],
+      // -Z root: keep root to write into this process's private directory.
+      ...['-Z', 'root', '-w', file, 'ip or ip6'],
     ],
     { effect: 'read' },
   );
@@ -118,7 +128,13 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
   void running.exited.then((code) => {
     capture.end(code);
   });
-  const undefer = lab.defer(() => running.stop());
+  const removeFile = (): void => {
+    rmSync(dir, { recursive: true, force: true });
+  };
+  const undefer = lab.defer(async () => {
+    await running.stop();
+    removeFile();
+  });
 
   const sendControl = async (controlNonce: string): Promise<void> => {
     try {
@@ -197,6 +213,8 @@ export async function startObserver(lab: Lab, options: ObserverOptions): Promise
     await running.stop();
     await reading;
     undefer();
+    capture.readFile();
+    removeFile();
     if (!isArmed) {
       throw new EgressguardError(
         'io',
@@ -302,7 +320,7 @@ function firstAddress(addresses: readonly string[]): string | undefined {
   return (v4 ?? addresses[0])?.split('/')[0];
 }
 
-/** The capture's reading side: reassembles tcpdump -x hex dumps and sorts packets by nonce. */
+/** The capture's reading side: reads tcpdump's pcap file as it grows and sorts packets by nonce. */
 class Capture {
   readonly armingNonce = createNonce();
   readonly closingNonce = createNonce();
@@ -314,10 +332,14 @@ class Capture {
   private readonly errors: ObservedPacket[] = [];
   private readonly seen = { arming: 0, closing: 0 };
   private readonly marks: { probe: Buffer; arming: Buffer; closing: Buffer };
-  private hex: string[] | undefined;
+  private readonly reader: PcapReader = createPcapReader();
+  private offset = 0;
   private readonly waiters = new Set<() => void>();
 
-  constructor(nonce: string) {
+  constructor(
+    nonce: string,
+    private readonly file: string,
+  ) {
     this.marks = {
       probe: Buffer.from(nonce),
       arming: Buffer.from(this.armingNonce),
@@ -325,13 +347,16 @@ class Capture {
     };
   }
 
+  /** tcpdump's own output: with -w only its messages, the kernel drops among them at exit. */
   async consume(lines: AsyncIterable<string>): Promise<void> {
     try {
-      for await (const line of lines) this.push(line);
+      for await (const line of lines) {
+        const dropped = /^(\d+) packets? dropped by kernel$/.exec(line);
+        if (dropped?.[1] !== undefined) this.kernelDrops = Number(dropped[1]);
+      }
     } catch (error) {
       this.readError = error;
     } finally {
-      this.flush();
       this.notify();
     }
   }
@@ -341,23 +366,52 @@ class Capture {
     this.notify();
   }
 
-  /** Resolves true once a control of that kind was seen, false after `ms` or when tcpdump ended. */
-  waitFor(kind: 'arming' | 'closing', ms: number): Promise<boolean> {
-    return new Promise((resolve) => {
-      const check = (): void => {
-        if (this.seen[kind] > 0 || this.exitCode !== undefined) {
-          clearTimeout(timer);
-          this.waiters.delete(check);
-          resolve(this.seen[kind] > 0);
+  /** Reads what tcpdump appended to the file since the last read. */
+  readFile(): void {
+    let fd: number;
+    try {
+      fd = openSync(this.file, 'r');
+    } catch {
+      return; // not created yet: tcpdump is still starting
+    }
+    try {
+      const chunk = Buffer.alloc(1 << 16);
+      for (;;) {
+        const n = readSync(fd, chunk, 0, chunk.length, this.offset);
+        if (n === 0) break;
+        this.offset += n;
+        for (const record of this.reader.push(chunk.subarray(0, n))) {
+          const ip = networkLayer(record.linkType, record.data);
+          if (ip !== undefined) this.sort(Buffer.from(ip));
         }
-      };
-      const timer = setTimeout(() => {
-        this.waiters.delete(check);
-        resolve(this.seen[kind] > 0);
-      }, ms);
-      this.waiters.add(check);
-      check();
-    });
+      }
+    } catch (error) {
+      this.readError ??= error;
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  /** Resolves true once a control of that kind was seen, false after `ms` or when tcpdump ended. */
+  async waitFor(kind: 'arming' | 'closing', ms: number): Promise<boolean> {
+    const deadline = performance.now() + ms;
+    for (;;) {
+      this.readFile();
+      if (this.seen[kind] > 0) return true;
+      if (this.exitCode !== undefined || performance.now() >= deadline) return false;
+      await new Promise<void>((resolve) => {
+        const wake = (): void => {
+          clearTimeout(timer);
+          this.waiters.delete(wake);
+          resolve();
+        };
+        const timer = setTimeout(
+          wake,
+          Math.min(POLL_MS, Math.max(deadline - performance.now(), 0)),
+        );
+        this.waiters.add(wake);
+      });
+    }
   }
 
   observation(): Observation {
@@ -369,28 +423,7 @@ class Capture {
     return { packets: this.probes, counts, icmpErrors: this.errors };
   }
 
-  private push(line: string): void {
-    const dropped = /^(\d+) packets? dropped by kernel$/.exec(line);
-    if (dropped?.[1] !== undefined) this.kernelDrops = Number(dropped[1]);
-    // A hex line is "\t0x0010:  4500 0054 …"; any other line heads the next packet.
-    const hex = /^\s+0x[0-9a-f]+:\s+([0-9a-f ]+)$/.exec(line);
-    if (hex?.[1] !== undefined && this.hex !== undefined) {
-      this.hex.push(hex[1].replaceAll(' ', ''));
-      // Flush as soon as the IP length is complete: waiting for the next packet's first line
-      // would leave the last packet (often the control awaited) unread.
-      const have = this.hex.reduce((sum, h) => sum + h.length / 2, 0);
-      const want = ipLength(this.hex[0] ?? '');
-      if (want !== undefined && have >= Math.min(want, SNAPLEN - ETHERNET_HEADER)) this.flush();
-      return;
-    }
-    this.flush();
-    this.hex = [];
-  }
-
-  private flush(): void {
-    if (this.hex === undefined || this.hex.length === 0) return;
-    const bytes = Buffer.from(this.hex.join(''), 'hex');
-    this.hex = undefined;
+  private sort(bytes: Buffer): void {
     const at = bytes.indexOf(this.marks.probe);
     if (at !== -1) {
       const parsed = parsePacket(bytes);
@@ -399,15 +432,41 @@ class Capture {
       if (packet !== undefined) (isIcmpError(packet) ? this.errors : this.probes).push(packet);
     } else if (bytes.includes(this.marks.arming)) {
       this.seen.arming++;
-      this.notify();
     } else if (bytes.includes(this.marks.closing)) {
       this.seen.closing++;
-      this.notify();
     }
   }
 
   private notify(): void {
     for (const waiter of [...this.waiters]) waiter();
+  }
+}
+
+// pcap link types (https://www.tcpdump.org/linktypes.html) and where their IP header starts.
+const LINKTYPE_ETHERNET = 1;
+const LINKTYPE_RAW = 101;
+const LINKTYPE_LINUX_SLL = 113;
+const LINKTYPE_LINUX_SLL2 = 276;
+const ETHERTYPES_IP = new Set([0x0800, 0x86dd]);
+
+/** The packet from its IP header on, or undefined for a frame that carries no IP. */
+function networkLayer(linkType: number, data: Uint8Array): Uint8Array | undefined {
+  const at = (offset: number, typeAt: number): Uint8Array | undefined => {
+    if (data.length <= offset) return undefined;
+    const type = ((data[typeAt] ?? 0) << 8) | (data[typeAt + 1] ?? 0);
+    return ETHERTYPES_IP.has(type) ? data.subarray(offset) : undefined;
+  };
+  switch (linkType) {
+    case LINKTYPE_ETHERNET:
+      return at(14, 12);
+    case LINKTYPE_LINUX_SLL:
+      return at(16, 14);
+    case LINKTYPE_LINUX_SLL2:
+      return at(20, 0);
+    case LINKTYPE_RAW:
+      return data;
+    default:
+      return undefined;
   }
 }
 
@@ -420,13 +479,6 @@ function readTag(bytes: Buffer, from: number): string {
 
 function isTagByte(byte: number): boolean {
   return (byte >= 0x61 && byte <= 0x7a) || (byte >= 0x30 && byte <= 0x39);
-}
-
-/** The length an IP packet declares, read from the hex of its first bytes. */
-function ipLength(hex: string): number | undefined {
-  if (hex.startsWith('4') && hex.length >= 8) return parseInt(hex.slice(4, 8), 16);
-  if (hex.startsWith('6') && hex.length >= 12) return 40 + parseInt(hex.slice(8, 12), 16);
-  return undefined;
 }
 
 function messageOf(error: unknown): string {

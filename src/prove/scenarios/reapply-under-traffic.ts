@@ -65,15 +65,17 @@ export const reapplyUnderTraffic: Scenario = {
       ctx.metric(`step ${step} applies`, list.length);
     }
     for (const result of results) {
+      // The traffic too short or too thin to cover every reapply: a gap the lab left (a busy
+      // machine starves the senders), not a verdict on the enforcer.
       if (result.elapsedMs < totalMs) {
         ctx.finding(
-          'failure',
+          'unmeasured',
           `The traffic of node "${result.node}" ran ${result.elapsedMs} ms, shorter than the ${Math.round(totalMs)} ms of reapplies`,
         );
       }
       if (result.minPerSecond !== null && result.minPerSecond < MIN_RATE) {
         ctx.finding(
-          'failure',
+          'unmeasured',
           `Node "${result.node}" sent only ${result.minPerSecond} packets per flow in its slowest second (at least ${MIN_RATE} are required)`,
         );
       }

@@ -5,6 +5,7 @@ import {
   createBundleHasher,
   createRecordingEngine,
   runAgent,
+  type AgentEnd,
   type RecordingEngine,
 } from '../../../src/agent/index.js';
 import { createRandom, packagePath } from '../../../src/core/index.js';
@@ -66,7 +67,7 @@ export function startTestServer(
 export interface TestAgent {
   readonly name: string;
   readonly engine: RecordingEngine;
-  readonly outcome: Promise<'stopped' | 'decommissioned'>;
+  readonly outcome: Promise<AgentEnd>;
   readonly log: string[];
   stop(): Promise<void>;
 }

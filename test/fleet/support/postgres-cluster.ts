@@ -8,6 +8,10 @@ import pg from 'pg';
 export interface PostgresCluster {
   /** A new, empty database; its URL. */
   createDatabase(): Promise<string>;
+  /** Stops the server (a fault: every connection breaks, new ones are refused); data kept. */
+  halt(): Promise<void>;
+  /** Starts the halted server again, on the same socket and data. */
+  resume(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -47,18 +51,20 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
     '-E',
     'UTF8',
   ]);
-  await asPostgres('pg_ctl', [
-    '-D',
-    data,
-    '-l',
-    join(dir, 'server.log'),
-    '-w',
-    '-t',
-    '60',
-    '-o',
-    `-k ${dir} -c listen_addresses= -c fsync=off -c max_connections=300`,
-    'start',
-  ]);
+  const start = () =>
+    asPostgres('pg_ctl', [
+      '-D',
+      data,
+      '-l',
+      join(dir, 'server.log'),
+      '-w',
+      '-t',
+      '60',
+      '-o',
+      `-k ${dir} -c listen_addresses= -c fsync=off -c max_connections=300`,
+      'start',
+    ]);
+  await start();
   const urlOf = (database: string) =>
     `postgres:///${database}?host=${encodeURIComponent(dir)}&user=postgres`;
   let count = 0;
@@ -74,6 +80,13 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
         await client.end();
       }
       return urlOf(name);
+    },
+    // Fast shutdown: sessions are terminated (57P01), as when an operator stops the service.
+    halt: async () => {
+      await asPostgres('pg_ctl', ['-D', data, '-m', 'fast', '-w', 'stop']);
+    },
+    resume: async () => {
+      await start();
     },
     stop: async () => {
       await asPostgres('pg_ctl', ['-D', data, '-m', 'immediate', '-w', 'stop']).catch(

@@ -19,12 +19,12 @@ import { vpnEgressGatewayPolicy } from '../../../src/backends/cilium/test-manife
 /**
  * A cluster for the gateway resident: the MODEL of the Kubernetes API server
  * (src/backends/cilium/kube-api-model.ts; no cluster runs here) over HTTPS on loopback, with the
- * gateway node "gw-1", the egress gateway policy egressguard compiles for class vpn (its
+ * gateway node "k3s-gw-1" (the example's facts), the egress gateway policy egressguard compiles for class vpn (its
  * nodeSelector on gatewayLabel('vpn')) and another team's policy that selects another label.
  * The resident's user has exactly the grants of deploy/kubernetes/rbac.yaml, so a call the
  * manifests do not allow fails here as it would on a cluster.
  */
-export const NODE = 'gw-1';
+export const NODE = 'k3s-gw-1';
 /** The name `compile --target cilium` gives k3s-vpn-egress's egress gateway policy. */
 export const OWN_POLICY = 'egressguard-k3s-vpn-egress-vpn';
 export const OTHER_POLICY = 'other-team-egress';

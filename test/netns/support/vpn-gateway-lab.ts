@@ -200,6 +200,58 @@ export async function cli(
   };
 }
 
+/** A CLI child still running: its result, and a handshake on what it has said on stderr. */
+export interface RunningCli {
+  readonly result: Promise<CliResult>;
+  /** Resolves with stderr once it matches `pattern`; rejects if the CLI exits before it does. */
+  stderrMatching(pattern: RegExp): Promise<string>;
+}
+
+/** Starts the built CLI; like cli(), but the test can wait for a line before the CLI exits. */
+export function startCli(
+  args: readonly string[],
+  options: { readonly faults?: string } = {},
+): RunningCli {
+  const child = execa(process.execPath, [BIN, ...args], {
+    env: cliEnv(options.faults),
+    reject: false,
+    timeout: 110_000, // as cli()
+  });
+  let stderr = '';
+  const waiters: (() => void)[] = [];
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+    for (const wake of waiters) wake();
+  });
+  const result = child.then((r) => ({
+    exitCode: r.exitCode,
+    signal: r.signal,
+    stdout: r.stdout,
+    stderr: r.stderr,
+  }));
+  return {
+    result,
+    stderrMatching(pattern) {
+      return new Promise((resolve, reject) => {
+        const check = (): void => {
+          if (pattern.test(stderr)) resolve(stderr);
+        };
+        waiters.push(check);
+        check();
+        void result.then((r) => {
+          if (pattern.test(stderr)) resolve(stderr);
+          else
+            reject(
+              new Error(
+                `The CLI exited (${String(r.exitCode)}) before saying ${String(pattern)}: ${r.stderr}`,
+              ),
+            );
+        });
+      });
+    },
+  };
+}
+
 /** `--netns`/`--state-dir` for the lab's gateway. */
 export function target(lab: Lab, stateDir: string): string[] {
   return ['--netns', lab.ns(HOST), '--state-dir', stateDir];

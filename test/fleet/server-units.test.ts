@@ -1,0 +1,127 @@
+import { chownSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, describe, expect, it } from 'vitest';
+import { connectController } from '../../src/fleet/index.js';
+import { REPO, runCli } from '../e2e-cli/run-cli.js';
+import { createScratch, waitFor } from './support/fleet-lab.js';
+import { freePort } from './support/server-process.js';
+
+/** The controller as a service: its systemd unit and its user, templated by the server itself. */
+describe('server units (built CLI)', () => {
+  const scratch = createScratch();
+  afterAll(() => {
+    scratch.cleanup();
+  });
+
+  it('prints a systemd service that passes systemd-analyze verify, runs under its own user, restarts on failure, and is sandboxed', async () => {
+    const result = await runCli([
+      'server',
+      '--store',
+      'postgres://eg@db.example/fleet',
+      '--metrics-token-file',
+      'metrics.token',
+      '--print-unit',
+      'systemd',
+    ]);
+    expect(result.exitCode).toBe(0);
+    const unit = result.stdout;
+    expect(unit).toMatch(
+      new RegExp(
+        `^ExecStart=\\S+ \\S+/bin/egressguard\\.js server --store postgres://eg@db\\.example/fleet --metrics-token-file ${REPO.replaceAll('/', '\\/')}\\/?metrics\\.token --state-dir /var/lib/egressguard-server$`,
+        'm',
+      ),
+    );
+    for (const line of [
+      'User=egressguard',
+      'Restart=on-failure',
+      'StateDirectory=egressguard-server',
+      'StateDirectoryMode=0700',
+      'UMask=0077',
+      'NoNewPrivileges=yes',
+      'ProtectSystem=strict',
+      'ProtectHome=yes',
+      'PrivateDevices=yes',
+      'CapabilityBoundingSet=',
+      'SystemCallFilter=@system-service',
+    ]) {
+      expect(unit.split('\n')).toContain(line);
+    }
+    const file = join(scratch.dir('unit'), 'egressguard-server.service');
+    writeFileSync(file, unit);
+    const verify = await execa('systemd-analyze', ['verify', file], { reject: false });
+    expect(verify.stderr).toBe('');
+    expect(verify.exitCode).toBe(0);
+    // systemd's own review of the sandbox: 0 (locked down) to 10 (exposed); "OK" is below 3.
+    const security = await execa('systemd-analyze', ['security', '--offline=yes', file], {
+      reject: false,
+    });
+    const exposure = Number(/Overall exposure level for .*: (\d+\.\d+)/.exec(security.stdout)?.[1]);
+    expect(exposure).toBeLessThan(3);
+    // A port below 1024 gets the one capability it needs, and no other.
+    const low = await runCli(['server', '--listen', ':443', '--print-unit', 'systemd']);
+    expect(low.stdout.split('\n')).toContain('CapabilityBoundingSet=CAP_NET_BIND_SERVICE');
+    expect(low.stdout).toMatch(/ --store sqlite:\/var\/lib\/egressguard-server\/fleet\.db/);
+  });
+
+  it('prints the sysusers.d entry of its user, which systemd-sysusers creates', async () => {
+    const result = await runCli(['server', '--print-unit', 'sysusers']);
+    expect(result.exitCode).toBe(0);
+    const root = scratch.dir('root');
+    mkdirSync(join(root, 'etc/sysusers.d'), { recursive: true });
+    writeFileSync(join(root, 'etc/sysusers.d/egressguard-server.conf'), result.stdout);
+    const created = await execa('systemd-sysusers', [`--root=${root}`], { reject: false });
+    expect(created.stderr).not.toMatch(/fail|error/i);
+    expect(created.exitCode).toBe(0);
+    const passwd = readFileSync(join(root, 'etc/passwd'), 'utf8');
+    expect(passwd).toMatch(
+      /^egressguard:x:\d+:\d+:egressguard fleet controller:\/var\/lib\/egressguard-server:\/usr\/sbin\/nologin$/m,
+    );
+  });
+
+  it('runs as an unprivileged user with the unit’s umask: its CA key, tokens and database are its own, 0600', async () => {
+    const state = scratch.dir('unprivileged');
+    chownSync(state, Number((await execa('id', ['-u', 'nobody'])).stdout), 0);
+    const port = await freePort();
+    const server = execa(
+      'runuser',
+      [
+        '-u',
+        'nobody',
+        '--',
+        'sh',
+        '-c',
+        'umask 077 && exec node "$0" server --store "sqlite:$1/fleet.db" --state-dir "$1" --listen "127.0.0.1:$2"',
+        join(REPO, 'bin/egressguard.js'),
+        state,
+        String(port),
+      ],
+      { reject: false },
+    );
+    try {
+      await waitFor('the server to listen', async () => {
+        if (server.exitCode !== null) throw new Error(`the server exited (${server.exitCode})`);
+        const connection = connectController(
+          `https://127.0.0.1:${port}`,
+          readFileSync(join(state, 'ca.pem'), 'utf8'),
+        );
+        try {
+          return (await connection.request('GET', '/healthz')).status === 200 ? true : undefined;
+        } finally {
+          connection.close();
+        }
+      });
+      for (const file of ['ca.key', 'operator.token', 'metrics.token', 'fleet.db']) {
+        const stats = statSync(join(state, file));
+        expect({ file, mode: (stats.mode & 0o777).toString(8), root: stats.uid === 0 }).toEqual({
+          file,
+          mode: '600',
+          root: false,
+        });
+      }
+    } finally {
+      server.kill('SIGTERM');
+      await server;
+    }
+  });
+});
