@@ -16,6 +16,7 @@ import {
   type HousekeepingIR,
   type RuleIR,
 } from './nodes.js';
+import { isGlobalV6, masqueradeSourceV6, type SourceCandidate } from './masquerade-source.js';
 
 /** Which part of a fragmented datagram a packet is. */
 export type FragmentPart =
@@ -88,11 +89,14 @@ export interface HostView {
   readonly addresses: AddressSet;
   readonly interfaceAddresses: ReadonlyMap<string, readonly Prefix[]>;
   readonly routes: readonly { prefix: Prefix; interface: string }[];
+  /** Every address of the host with its interface, in interface order: what a masquerade picks from. */
+  readonly sourceCandidates: readonly SourceCandidate[];
 }
 
 export function createHostView(facts: HostFacts): HostView {
   const prefixes: Prefix[] = [];
   const interfaceAddresses = new Map<string, Prefix[]>();
+  const sourceCandidates: SourceCandidate[] = [];
   for (const iface of facts.interfaces) {
     const own: Prefix[] = [];
     for (const address of iface.addresses) {
@@ -101,6 +105,8 @@ export function createHostView(facts: HostFacts): HostView {
       if (host !== undefined) {
         prefixes.push(host);
         own.push(host);
+        const length = slash === -1 ? host.length : Number(address.slice(slash + 1));
+        sourceCandidates.push({ interface: iface.name, address: host, prefixLength: length });
       }
       const network = slash === -1 ? undefined : parsePrefix(address);
       if (network !== undefined) prefixes.push(...receivedAsOwn(network));
@@ -117,7 +123,12 @@ export function createHostView(facts: HostFacts): HostView {
     }
   }
   prefixes.push(LIMITED_BROADCAST);
-  return { addresses: AddressSet.fromPrefixes(prefixes), interfaceAddresses, routes };
+  return {
+    addresses: AddressSet.fromPrefixes(prefixes),
+    interfaceAddresses,
+    routes,
+    sourceCandidates,
+  };
 }
 
 const LIMITED_BROADCAST: Prefix = { family: 4, start: 0xffffffff, length: 32, hadHostBits: false };
@@ -298,12 +309,14 @@ export function evaluatePacket(
   const via = toSelf ? 'local' : route.interface;
   if (via === null)
     notes.push('No route to the destination: the host drops it with "network unreachable"');
+  const egress = toSelf || via === null ? undefined : egressAddress(host, cls, via, packet);
+  if (egress?.note !== undefined) notes.push(egress.note);
   return {
     class: cls.name,
     verdict: 'allow',
     decidedBy,
     via,
-    egress: toSelf || via === null ? null : egressAddress(host, cls, via, packet),
+    egress: egress?.address ?? null,
     hook,
     layers,
     notes: [...notes, ...fragmentNotes],
@@ -447,20 +460,36 @@ function lookupRoute(host: HostView, packet: Packet): string | null {
   return best?.interface ?? null;
 }
 
+/** The source the far side sees, and what a person must know of it (a masquerade gone astray). */
 function egressAddress(
   host: HostView,
   cls: HostClassIR,
   via: string,
   packet: Packet,
-): string | null {
+): { readonly address: string | null; readonly note?: string } {
   // NAT masquerades out of the class's own exit only; excepted and local routes keep the source.
   if (cls.nat === null || via !== cls.via.interface) {
-    return formatAddress(packet.family, packet.source);
+    return { address: formatAddress(packet.family, packet.source) };
   }
-  // The interface's first address of the family; an IPv6 link-local one is never a source
-  // toward another network (RFC 4291 §2.5.6), so it is passed over.
-  const own = host.interfaceAddresses
-    .get(via)
-    ?.find((p) => p.family === packet.family && !LINK_LOCAL_V6.contains(6, p.start));
-  return own === undefined ? null : formatAddress(own.family, own.start);
+  if (packet.family === 4) {
+    const own = host.interfaceAddresses.get(via)?.find((p) => p.family === 4);
+    return { address: own === undefined ? null : formatAddress(4, own.start) };
+  }
+  const source = masqueradeSourceV6(host.sourceCandidates, via, packet.destination as bigint);
+  if (source === undefined) {
+    return {
+      address: null,
+      note: `The host has no IPv6 address at all: the masquerade out of "${via}" finds no source and the kernel drops it`,
+    };
+  }
+  const address = formatAddress(6, source.address.start);
+  const global = isGlobalV6(source.address.start as bigint);
+  if (source.interface === via && global) return { address };
+  const fix = `give "${via}" an IPv6 address, or leave IPv6 out of class "${cls.name}"'s sources (its IPv6 is then blocked)`;
+  return {
+    address,
+    note: global
+      ? `"${via}" has no IPv6 address of its own: the masquerade gives the packet the source the kernel selects among the host's others (RFC 6724), ${address} of "${source.interface}", which the tunnel's far end did not assign: a VPN server normally drops it, so no reply comes back; ${fix}`
+      : `The host has no global IPv6 address: the masquerade gives the packet the link-local source ${address} of "${source.interface}", which nothing beyond the link can answer, so no reply comes back; ${fix}`,
+  };
 }

@@ -66,4 +66,8 @@ export {
 } from './evaluate-probes.js';
 export { gatewayLabel } from './gateway-label.js';
 export { findMissingIngress, type MissingIngress } from './missing-ingress.js';
+export {
+  findMasqueradeWithoutAddress,
+  type MasqueradeWithoutAddress,
+} from './masquerade-source.js';
 export { evaluatePodPacket, type PodPacket } from './evaluate-pod.js';

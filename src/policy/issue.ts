@@ -54,6 +54,7 @@ export const ISSUE_CODES = {
   'ipv4-mapped-address': 'warning',
   'dhcp-to-host-denied': 'warning',
   'ingress-not-on-host': 'warning',
+  'masquerade-without-address': 'warning',
 } as const;
 
 export type IssueCode = keyof typeof ISSUE_CODES;

@@ -1,8 +1,10 @@
 import type { Command } from 'commander';
+import { formatAddress } from '../../core/index.js';
 import type { CommandContext } from '../command-context.js';
 import {
   createHostView,
   evaluatePodProbes,
+  findMasqueradeWithoutAddress,
   findMissingIngress,
   evaluateProbes,
   lowerForHost,
@@ -78,8 +80,21 @@ function checkFile(file: string, factsOption: string | undefined, strict: boolea
         ),
       );
     }
-    results = evaluateProbes(ir, createHostView(facts), policy.requirements);
-    podResults = evaluatePodProbes(ir, createHostView(facts), policy.requirements);
+    const host = createHostView(facts);
+    for (const found of findMasqueradeWithoutAddress(ir, host.sourceCandidates)) {
+      const instead = found.fallbacks
+        .map((s) => `${formatAddress(6, s.address.start)} of "${s.interface}"`)
+        .join(', ');
+      issues.push(
+        parsed.report(
+          ['classes', found.class, 'nat'],
+          'masquerade-without-address',
+          `Class "${found.class}" masquerades its IPv6 out of tunnel "${found.tunnel}", which has no IPv6 address of its own in ${factsFile}: the kernel gives the packets another source of the host (${instead === '' ? 'none: it drops them' : `by RFC 6724 source selection, one of ${instead}`}), which the tunnel's far end did not assign, so no reply comes back; give "${found.tunnel}" an IPv6 address, or leave IPv6 out of the class's sources (its IPv6 is then blocked)`,
+        ),
+      );
+    }
+    results = evaluateProbes(ir, host, policy.requirements);
+    podResults = evaluatePodProbes(ir, host, policy.requirements);
     for (const result of podResults) {
       if (result.mismatches.length === 0) continue;
       const index = policy.requirements.findIndex((r) => r.id === result.requirement);

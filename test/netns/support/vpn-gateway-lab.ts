@@ -72,8 +72,14 @@ export const gatewayTopology: Topology = {
       b: { node: 'internet', iface: 'eth0', addresses: ['198.51.100.1/24', '2001:db8:ffff::1/64'] },
     },
     {
-      a: { node: HOST, iface: 'tun0', addresses: ['10.200.0.2/32'] },
-      b: { node: 'tunnel-peer', iface: 'tun0', addresses: ['10.200.0.1/32'] },
+      // The VPN assigns both families (without an IPv6 address, the masquerade would give the
+      // class's IPv6 another interface's address: src/ir/masquerade-source.ts).
+      a: { node: HOST, iface: 'tun0', addresses: ['10.200.0.2/32', '2001:db8:200::2/128'] },
+      b: {
+        node: 'tunnel-peer',
+        iface: 'tun0',
+        addresses: ['10.200.0.1/32', '2001:db8:200::1/128'],
+      },
       mtu: 1420,
       // Like a real L3 tunnel: the steering route `default dev tun0` has no gateway.
       pointToPoint: true,
