@@ -1,38 +1,18 @@
-import { createServer } from 'node:net';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { HostView, RolloutView } from '../../src/fleet/index.js';
 import { REPO, runCli } from '../e2e-cli/run-cli.js';
 import { createScratch, startTestAgent, waitFor, type TestAgent } from './support/fleet-lab.js';
 import { startPostgresCluster, type PostgresCluster } from './support/postgres-cluster.js';
+import { freePort, startServerProcess, type ServerProcess } from './support/server-process.js';
 
-const BIN = join(REPO, 'bin/egressguard.js');
 const POLICY = join(REPO, 'testdata/policies/valid/linux-vpn-gateway/policy.yaml');
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => {
-        resolve(typeof address === 'object' && address !== null ? address.port : 0);
-      });
-    });
-  });
-}
 
 /** The built CLI end to end: `egressguard server` killed mid-rollout and started again. */
 describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built CLI)', (kind) => {
   const scratch = createScratch();
   let cluster: PostgresCluster | undefined;
   const agents: TestAgent[] = [];
-  /** A server process: killable, and a promise that settles when it has exited. */
-  interface ServerProcess {
-    kill(): void;
-    readonly exited: Promise<void>;
-  }
   const servers: ServerProcess[] = [];
 
   beforeAll(async () => {
@@ -61,42 +41,9 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
       const stateDir = scratch.dir('server');
       const port = await freePort();
       const url = `https://127.0.0.1:${port}`;
-      // Wrapped: an async function returning the subprocess (a thenable) would wait for it to exit.
       const start = async (): Promise<ServerProcess> => {
-        const server = execa(
-          'node',
-          [
-            BIN,
-            'server',
-            '--store',
-            store,
-            '--listen',
-            `127.0.0.1:${port}`,
-            '--state-dir',
-            stateDir,
-            '--poll-interval',
-            '2',
-          ],
-          { reject: false, env: { NO_COLOR: '1' } },
-        );
-        const handle: ServerProcess = {
-          kill: () => server.kill('SIGKILL'),
-          exited: server.then(
-            () => undefined,
-            () => undefined,
-          ),
-        };
+        const handle = await startServerProcess({ store, stateDir, port });
         servers.push(handle);
-        await waitFor(
-          'the server to listen',
-          async () =>
-            (
-              await runCli(['fleet', 'status', '--server', url, '--state-dir', stateDir, '--json'])
-            ).stdout.includes('"hosts"')
-              ? true
-              : undefined,
-          30_000,
-        );
         return handle;
       };
       const fleet = async (

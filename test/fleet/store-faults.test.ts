@@ -306,18 +306,21 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       });
       // A push made meanwhile fails, after the command's own retries, and says how to try again.
       writeFileSync(policy, policyVariant('second'));
-      const meanwhile = await fleet(
-        'push',
-        policy,
-        '--canary',
-        '0',
-        '--max-unavailable',
-        '50',
-        '--bake',
-        '0s',
-        '--idempotency-key',
-        'fault-push-0002',
-      );
+      const pushSecond = (...extra: string[]) =>
+        fleet(
+          'push',
+          policy,
+          '--canary',
+          '0',
+          '--max-unavailable',
+          '50',
+          '--bake',
+          '0s',
+          '--idempotency-key',
+          'fault-push-0002',
+          ...extra,
+        );
+      const meanwhile = await pushSecond();
       expect(meanwhile.exitCode).toBe(2);
       expect(meanwhile.stderr).toMatch(/HTTP 503/);
       expect(meanwhile.stderr).toMatch(/--idempotency-key fault-push-0002/);
@@ -348,32 +351,8 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       const convergedAfterMs = Date.now() - recovered;
 
       // The push the operator tried during the fault, made now, once, however often it is sent.
-      const again = await fleet(
-        'push',
-        policy,
-        '--canary',
-        '0',
-        '--max-unavailable',
-        '50',
-        '--bake',
-        '0s',
-        '--idempotency-key',
-        'fault-push-0002',
-        '--json',
-      );
-      const twice = await fleet(
-        'push',
-        policy,
-        '--canary',
-        '0',
-        '--max-unavailable',
-        '50',
-        '--bake',
-        '0s',
-        '--idempotency-key',
-        'fault-push-0002',
-        '--json',
-      );
+      const again = await pushSecond('--json');
+      const twice = await pushSecond('--json');
       expect(again.exitCode).toBe(0);
       expect(twice.exitCode).toBe(0);
       const second = JSON.parse(again.stdout) as { pushId: string; rolloutId: string };
