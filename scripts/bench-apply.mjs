@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Benchmark of `apply` on Linux (issue 3), inside a throwaway network namespace:
+// Benchmark of `apply` on Linux, inside a throwaway network namespace:
 //  1. `egressguard apply` of a policy with a 100k-prefix blocklist, end to end as a whole CLI
 //     process, against the floor: a bare `nft -f` of the same compiled file plus one
 //     `nft -j -t list ruleset` (target: ratio <= 1.3); fresh (empty namespace), replace (another
@@ -7,6 +7,7 @@
 //  2. the drift check behind `status` with 1M set elements, measured inside the process
 //     (target: < 100 ms).
 // Usage: node scripts/bench-apply.mjs [--sizes 100000] [--drift 1000000] [--runs 3]
+//        [--out bench-out]   (--drift 0 skips the drift check)
 // Needs root (network namespaces) and a build (npm run build). Never touches the root namespace.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -25,6 +26,7 @@ const option = (name, fallback) => {
 const sizes = option('--sizes', '100000').split(',').map(Number);
 const driftSize = Number(option('--drift', '1000000'));
 const runs = Number(option('--runs', '3'));
+const outDir = option('--out', join(repo, 'bench-out'));
 
 const work = mkdtempSync(join(tmpdir(), 'eg-bench-apply-'));
 const ns = `egbench-${process.pid}`;
@@ -186,16 +188,14 @@ try {
     resetQuietly();
     const policy = writePolicy(join(work, `drift${driftSize}`), driftSize, driftSize);
     const applyS = seconds(() => cli(['apply', policy, '--netns', ns, '--json']));
+    // The same front door as `status --netns`: the target, the backend that recorded the
+    // generation, and the apply layer's context for it.
     const { readStatus } = await import(join(repo, 'dist/apply/index.js'));
-    const { nftablesBackend } = await import(join(repo, 'dist/backends/index.js'));
-    const { createRunner } = await import(join(repo, 'dist/runner/index.js'));
-    const { StateDir } = await import(join(repo, 'dist/state/index.js'));
-    const target = {
-      backend: nftablesBackend,
-      runner: createRunner({ netns: ns }),
-      state: new StateDir({ root: stateDir, netns: ns }),
-      table: 'egressguard',
-    };
+    const { backendOf, createHostTarget, hostContext } = await import(
+      join(repo, 'dist/host/index.js')
+    );
+    const host = createHostTarget({ netns: ns, stateDir, guard: true });
+    const target = hostContext(host, backendOf(host));
     const times = [];
     let condition;
     for (let i = 0; i < 7; i++) {
@@ -220,8 +220,8 @@ try {
       `drift check at ${driftSize} elements: ${median(times).toFixed(1)} ms in-process (${condition}); bare nft -j -t list ruleset ${listMs.toFixed(1)} ms; apply took ${applyS.toFixed(1)} s`,
     );
   }
-  mkdirSync(join(repo, 'bench-out'), { recursive: true });
-  writeFileSync(join(repo, 'bench-out/apply.json'), JSON.stringify(results, null, 2));
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, 'apply.json'), JSON.stringify(results, null, 2));
 } finally {
   try {
     sh('ip', ['netns', 'delete', ns]);

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Fleet scale benchmark (issue 12): N simulated agents, the real agent client code (enrollment,
+// Fleet scale benchmark: N simulated agents, the real agent client code (enrollment,
 // CA pinning, long poll, status reports) over HTTPS on loopback with a recording engine instead
 // of a firewall, against one controller (`egressguard server`, its own process, with its own
 // host-IR binder: each push lowered once, compiled per distinct binding facts), on SQLite and on
@@ -12,7 +12,7 @@
 //  2. sustained check-ins per second with agents long-polling at a short interval, and the
 //     controller's CPU and memory meanwhile (target: 10,000 hosts at a 30 s poll = 333/s).
 // Usage: node scripts/bench-fleet.mjs [--agents 1000] [--stores sqlite,postgres] [--rounds 3]
-//        [--poll-seconds 3] [--window-seconds 30]
+//        [--poll-seconds 3] [--window-seconds 30] [--out bench-out]
 // Needs a build (npm run build); PostgreSQL's server binaries for the postgres store (run as
 // root: the cluster runs as the postgres user). Loopback only; stops by itself.
 import { execFile, execFileSync, spawn } from 'node:child_process';
@@ -54,6 +54,7 @@ const stores = option('--stores', 'sqlite,postgres').split(',');
 const rounds = Number(option('--rounds', '3'));
 const pollSeconds = Number(option('--poll-seconds', '3'));
 const windowSeconds = Number(option('--window-seconds', '30'));
+const outDir = option('--out', join(repo, 'bench-out'));
 
 const policy = readFileSync(
   join(repo, 'testdata/policies/valid/linux-vpn-gateway/policy.yaml'),
@@ -400,13 +401,10 @@ const machine = {
     encoding: 'utf8',
   }).trim(),
 };
-mkdirSync(join(repo, 'bench-out'), { recursive: true });
+mkdirSync(outDir, { recursive: true });
 const results = [];
 for (const kind of stores) {
   results.push(await benchStore(kind));
-  writeFileSync(
-    join(repo, 'bench-out/fleet.json'),
-    `${JSON.stringify({ machine, results }, null, 2)}\n`,
-  );
+  writeFileSync(join(outDir, 'fleet.json'), `${JSON.stringify({ machine, results }, null, 2)}\n`);
 }
 console.log(JSON.stringify({ machine, results }, null, 2));

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Benchmark of the gateway's kill switch (issue 11): how long `egressguard run --k8s` takes to
+// Benchmark of the gateway's kill switch: how long `egressguard run --k8s` takes to
 // take the egress gateway label off the gateway node after its tunnel goes down, is deleted or
 // loses its carrier (target: within 2 s), and to put it back and re-apply the egress gateway
 // policy when the tunnel returns. The tunnel is a real link in a lab of network namespaces (never
@@ -9,7 +9,7 @@
 // change happens while it runs) to the model's first view of the change, and split into steps:
 // the resident seeing the link event, waiting for an earlier API call, the PATCH itself, and the
 // model's view of it. The resident is the built CLI with its defaults (--gateway-tick 1000).
-// Usage: node scripts/bench-gateway-label.mjs [--rounds 5]
+// Usage: node scripts/bench-gateway-label.mjs [--rounds 5] [--out bench-out]
 // Needs root and a build (npm run build). Results in bench-out/gateway-label.json.
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -29,6 +29,7 @@ const option = (name, fallback) => {
   return i === -1 ? fallback : args[i + 1];
 };
 const rounds = Number(option('--rounds', '5'));
+const outDir = option('--out', join(repo, 'bench-out'));
 const example = join(repo, 'testdata/policies/valid/k3s-vpn-egress');
 const label = gatewayLabel('vpn');
 const tls = (file) =>
@@ -221,6 +222,6 @@ const result = {
     Object.entries(restored).map(([k, v]) => [k, round(stats(v))]),
   ),
 };
-mkdirSync(join(repo, 'bench-out'), { recursive: true });
-writeFileSync(join(repo, 'bench-out/gateway-label.json'), `${JSON.stringify(result, null, 2)}\n`);
+mkdirSync(outDir, { recursive: true });
+writeFileSync(join(outDir, 'gateway-label.json'), `${JSON.stringify(result, null, 2)}\n`);
 console.log(JSON.stringify(result, null, 2));

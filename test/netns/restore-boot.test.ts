@@ -511,7 +511,7 @@ describe.concurrent('apply --confirm-within', () => {
       // The revert finished (a revert that crashed would leave the file behind).
       expect(
         await pollUntil(() => Promise.resolve(existsSync(pending) ? undefined : true), {
-          timeoutMs: 3000,
+          timeoutMs: 30_000, // a bound on a hang: the revert writes its state after the swap
         }),
       ).toBe(true);
       expect(await status(lab, state.path)).toMatchObject({
