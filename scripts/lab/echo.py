@@ -5,14 +5,16 @@
         TCP and UDP echo on every address of the node (both families): each request is answered
         with one JSON line naming the node and the source address and port it saw, so the client
         learns which far side answered (the path) and as whom it arrived (the egress address).
-        UDP port 53 answers DNS: a TXT record "node=NODE src=ADDRESS" for any query. UDP binds
+        UDP port 53 answers DNS: a TXT record "node=NODE src=ADDRESS" for any query (anything
+        else is echoed like on any other port). UDP binds
         each of --addresses on its own, so an answer leaves from the address asked (an unbound
         socket would answer from whatever address routing picks, and the client would drop it).
 
     echo.py resolve --listen 10.10.0.1,2001:db8:10::1 --upstream 192.0.2.53 [--source 10.200.0.2]
         A host resolver: forwards each DNS query on UDP port 53 to the upstream, from the given
         source address when set (bound with IP_FREEBIND, as a resolver bound to a tunnel address
-        is), and relays the answer. It routes by the host's tables like any resolver does.
+        is), and relays the answer. It routes by the host's tables like any resolver does. When
+        the upstream cannot be reached or does not answer, it answers SERVFAIL, as resolvers do.
 
 Both print {"ready": true} on stdout once every socket is bound, then run until SIGTERM.
 Replies never repeat the request's payload, so a reply carries no probe nonce.
@@ -127,9 +129,9 @@ def serve(node, tcp_ports, udp_ports, addresses):
                 except OSError:
                     continue
                 local = (key.fileobj.getsockname()[0], port)
-                if port == 53:
-                    reply = dns_answer(data, f"node={node} src={plain(peer[0])}")
-                else:
+                # Port 53 answers DNS, and echoes what is no DNS query (a probe's UDP datagram).
+                reply = dns_answer(data, f"node={node} src={plain(peer[0])}") if port == 53 else None
+                if reply is None:
                     reply = (json.dumps(report(node, "udp", peer, local)) + "\n").encode()
                 if reply is not None:
                     try:
@@ -211,9 +213,25 @@ def forward(server, query, client, upstream, source):
                 out.bind((source, 0))
             out.sendto(query, (str(upstream), 53))
             answer, _ = out.recvfrom(MAX_REQUEST)
-            server.sendto(answer, client)
         except OSError:
-            pass  # no answer: the client times out, as with a real resolver
+            # A send refused by routing or a firewall fails at once; no answer times out.
+            answer = servfail(query)
+        if answer is not None:
+            try:
+                server.sendto(answer, client)
+            except OSError:
+                pass
+
+
+def servfail(query):
+    """The query's header and question back with rcode 2 (SERVFAIL, RFC 1035 §4.1.1)."""
+    if len(query) < 12:
+        return None
+    ident, flags = struct.unpack("!HH", query[:4])
+    if flags & 0x8000:
+        return None
+    header = struct.pack("!HHHHHH", ident, 0x8082 | (flags & 0x0100), 1, 0, 0, 0)
+    return header + query[12:]
 
 
 def ready():

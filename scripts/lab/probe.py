@@ -101,7 +101,12 @@ def send_raw(nonce, probe):
         raw["dport"] = probe["port"]
     if probe["kind"] == "ip":
         raw["protocol"] = probe["protocol"]
-    spec = sender.parse_spec(0, raw)
+    try:
+        spec = sender.parse_spec(0, raw)
+    except sender.InvalidInput as e:
+        # Not sendable as asked: say why (the oracle calls the probe unmeasured), never crash the
+        # thread and leave "unknown error".
+        return {"sent": 0, "failed": probe["count"], "error": f"cannot build the packet: {e}"}
     # Fresh source ports for every probe: a flow of an earlier phase (its conntrack entry, with
     # a masquerade binding to another interface) must not decide the fate of this one.
     base = 20000 + int.from_bytes(os.urandom(2), "big") % 40000

@@ -171,7 +171,10 @@ def parse_address(value, where, link=None):
         raise InvalidInput(f"{where} {value!r} is not an IP address") from None
     if address.is_unspecified:
         raise InvalidInput(f"{where} {value!r} must not be unspecified")
-    if link is None and (address.is_link_local or address.is_multicast):
+    # IPv4 link-local unicast (169.254.0.0/16, a cloud's metadata address) is routed like any
+    # other address; IPv6 link-local needs the interface that scopes it.
+    scoped = address.is_multicast or (address.version == 6 and address.is_link_local)
+    if link is None and scoped:
         raise InvalidInput(
             f"{where} {value!r} is link-local or multicast: give the interface to send by (link)")
     if link is not None and address.version == 4 and (address.is_link_local or address.is_multicast):

@@ -43,9 +43,28 @@ const CATCH_ALL_METRIC = 4_294_967_295;
 export function buildFactsTopology(ir: HostIR, facts: HostFacts): FactsLab {
   const skipped: string[] = [];
   const hostInterfaces = new Map<string, string[]>();
+  const patterns = ir.classes.flatMap((c) =>
+    c.selector.kind === 'ingress' ? c.selector.interfaces : [],
+  );
+  const tunnels = ir.tunnels.map((t) => t.name);
+  // Interfaces the policy names stay whatever their state: a tunnel is often down when facts
+  // are gathered, a workload bridge has no address until its first workload.
+  const isNamed = (name: string): boolean =>
+    name === ir.uplink || tunnels.includes(name) || patterns.some((p) => matchesInterface(p, name));
   for (const iface of facts.interfaces) {
     if (LOOPBACK.test(iface.name)) {
       skipped.push(`${iface.name}: loopback`);
+      continue;
+    }
+    // Nothing leaves a host by an interface that is down or has no address (a host's idle
+    // `ifb` devices, a Docker bridge before its first container): no lab node stands behind it.
+    const unusable = !iface.up
+      ? 'down'
+      : iface.addresses.filter((a) => !isLinkLocal(a)).length === 0
+        ? 'no address'
+        : undefined;
+    if (unusable !== undefined && !isNamed(iface.name)) {
+      skipped.push(`${iface.name}: ${unusable}`);
       continue;
     }
     hostInterfaces.set(
@@ -53,15 +72,11 @@ export function buildFactsTopology(ir: HostIR, facts: HostFacts): FactsLab {
       iface.addresses.map((a) => withLength(a)),
     );
   }
-  const patterns = ir.classes.flatMap((c) =>
-    c.selector.kind === 'ingress' ? c.selector.interfaces : [],
-  );
   for (const pattern of patterns) {
     if (![...hostInterfaces.keys()].some((name) => matchesInterface(pattern, name))) {
       hostInterfaces.set(pattern.endsWith('*') ? `${pattern.slice(0, -1)}0` : pattern, []);
     }
   }
-  const tunnels = ir.tunnels.map((t) => t.name);
   for (const tunnel of tunnels) {
     if (!hostInterfaces.has(tunnel)) hostInterfaces.set(tunnel, []);
   }

@@ -7,15 +7,17 @@ describe('expandProbes', () => {
   it('measures each policy probe as TCP, UDP and ICMP in both tunnel states', () => {
     expect(skipped).toEqual([]);
     const whole = probes.filter((p) => p.fragments === undefined);
-    expect(whole).toHaveLength(24);
-    expect(new Set(whole.map((p) => p.kind))).toEqual(new Set(['tcp', 'udp', 'icmp']));
-    expect(whole.filter((p) => p.state === 'up')).toHaveLength(12);
+    // 6 packets of class vpn and internet, 2 of host-vpn (its UDP is DNS), each as TCP, UDP
+    // and ICMP, in both tunnel states.
+    expect(whole).toHaveLength(30);
+    expect(new Set(whole.map((p) => p.kind))).toEqual(new Set(['tcp', 'udp', 'icmp', 'dns']));
+    expect(whole.filter((p) => p.state === 'up')).toHaveLength(15);
   });
 
   // Issue 8, §1: fragments are judged like their datagram; a lone fragment is held.
   it('measures UDP and ICMP in fragments too: whole datagrams, and lone non-first fragments', () => {
     const fragmented = probes.filter((p) => p.fragments !== undefined);
-    expect(fragmented).toHaveLength(32);
+    expect(fragmented).toHaveLength(40);
     const inFragments = probes.find(
       (p) => p.key === '10.10.0.5 > 203.0.113.7 udp/443 in fragments (tunnel down)',
     );

@@ -66,7 +66,12 @@ export interface ProofReport {
   readonly backend: string;
   readonly layers: readonly string[];
   readonly versions: ProofVersions;
-  readonly lab: { readonly id: string; readonly namespaces: readonly string[] };
+  readonly lab: {
+    readonly id: string;
+    readonly namespaces: readonly string[];
+    /** Facts interfaces no lab node stands for, with why (loopback, down, no address). */
+    readonly leftOut: readonly string[];
+  };
   readonly startedAt: string;
   readonly durationMs: number;
   readonly l1: readonly {
@@ -210,7 +215,11 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       );
     }
     const resident = [...host.residentLog];
-    const labInfo = { id: lab.id, namespaces: lab.nodes.map((n) => theLab.ns(n)) };
+    const labInfo = {
+      id: lab.id,
+      namespaces: lab.nodes.map((n) => theLab.ns(n)),
+      leftOut: plan.facts.skipped,
+    };
     await host.stopResident();
     await cleanup();
     lab = undefined;

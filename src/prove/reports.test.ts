@@ -18,7 +18,7 @@ const report: ProofReport = {
     python: 'Python 3',
     node: 'v20',
   },
-  lab: { id: 'x', namespaces: ['eglab-x-host'] },
+  lab: { id: 'x', namespaces: ['eglab-x-host'], leftOut: ['lo: loopback'] },
   startedAt: '',
   durationMs: 1000,
   l1: [],

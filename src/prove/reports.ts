@@ -31,6 +31,7 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
         ', ',
       )} · kernel ${v.kernel} · egressguard ${v.egressguard} · ${seconds(report.durationMs)}`,
     `  ${report.probes} lab probes from ${report.l1.length} policy probes (each also as UDP/TCP/ICMP and in the other tunnel state, judged by the reference evaluator)`,
+    ...leftOutLines(report),
     '',
     paint('bold', 'Scenarios') +
       '  (oracles: probe = the client and the address the far side saw; packets = nonce’d counts beyond the far sides, each armed by a positive control; enforcer = our counters and routes)',
@@ -178,6 +179,16 @@ function headline(
     strict,
   ].filter((w) => w !== '');
   return paint('red', `${CROSS} not proven: ${why.join('; ')}`);
+}
+
+/** The facts' interfaces no lab node stands for (loopback goes without saying). */
+function leftOutLines(report: ProofReport): string[] {
+  const notable = report.lab.leftOut.filter((l) => !l.endsWith(': loopback'));
+  return notable.length === 0
+    ? []
+    : [
+        `  host interfaces left out of the lab: ${notable.join(', ')} (no traffic can leave by them)`,
+      ];
 }
 
 function scenarioLines(s: ScenarioResult, paint: NonNullable<SummaryOptions['paint']>): string[] {

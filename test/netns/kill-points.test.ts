@@ -20,7 +20,6 @@ import {
   createTempDir,
   hashOf,
   routingListing,
-  sleep,
   startTraffic,
   status,
   target,
@@ -92,7 +91,8 @@ describe('apply killed at each step', () => {
     traffic = [DST4, DST6].map((dst) =>
       startTraffic(lab, { node: 'vpnwl', nonce, packets: vpn(dst), maxMs: 60_000 }),
     );
-    await sleep(300); // the senders are up: every kill happens under traffic
+    // The senders are up: every kill happens under traffic.
+    await Promise.all(traffic.map((t) => t.flowing()));
   });
 
   afterAll(async () => {

@@ -376,9 +376,10 @@ function isRunning(pid: number): boolean {
   }
 }
 
-/** The pids still running after up to a second: a SIGKILL is delivered asynchronously. */
+/** The pids still running after up to 30 s: a SIGKILL is delivered asynchronously. */
 async function stillRunning(pids: readonly number[]): Promise<number[]> {
-  for (let waited = 0; waited < 1000; waited += 20) {
+  // A bound on a hang, not a deadline: a loaded machine can take its time to reap them.
+  for (let waited = 0; waited < 30_000; waited += 20) {
     if (!pids.some(isRunning)) return [];
     await new Promise((resolve) => setTimeout(resolve, 20));
   }

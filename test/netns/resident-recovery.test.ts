@@ -21,7 +21,6 @@ import {
   liveStamp,
   pollUntil,
   routingListing,
-  sleep,
   startArrivalClock,
   startResident,
   startTraffic,
@@ -116,8 +115,9 @@ describe('run: re-converges after tunnel faults and a deleted table', () => {
     const observer = await observeTunnel();
     await lab.setLinkDown(TUNNEL);
     // The kernel drops the routes through a link that goes down; only the blackhole is left.
-    await sleep(600);
     expect(await routingListing(lab, 7350)).not.toContain('default dev tun0');
+    // Traffic ran while it was down (what leaked would be seen on the uplink).
+    await Promise.all(traffic.map((t) => t.flowing()));
     const upAt = Date.now();
     await lab.setLinkUp(TUNNEL);
     await recovery('down/up', upAt);
@@ -128,8 +128,8 @@ describe('run: re-converges after tunnel faults and a deleted table', () => {
   it('re-adds them after the tunnel is deleted and recreated', async () => {
     const before = await lab.linkState(TUNNEL);
     await lab.deleteLink(TUNNEL);
-    await sleep(600);
     expect(await routingListing(lab, 7350)).not.toContain('default dev tun0');
+    await Promise.all(traffic.map((t) => t.flowing()));
     const recreatedAt = Date.now();
     await lab.recreateLink(TUNNEL, { routes: 'none' });
     await recovery('delete/recreate', recreatedAt);

@@ -89,6 +89,7 @@ function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): stri
   };
   const dispatch = { forward: [] as string[], input: [] as string[], output: [] as string[] };
   const nat: string[] = [];
+  const blackholed: string[] = [];
 
   for (const cls of ir.classes) {
     const families = producedFamilies(cls);
@@ -111,6 +112,7 @@ function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): stri
         );
         e.chains.push(chain(fwd, classChain(e, cls, { hook: 'forward', src, families, ir })));
         e.chains.push(chain(inp, classChain(e, cls, { hook: 'input', src, families, ir })));
+        blackholed.push(...blackholeCount(e, cls, { ifnames, src, families }));
         break;
       }
       case 'host': {
@@ -156,6 +158,15 @@ function compileRuleset(ir: HostIR, ctx: { table: string; stamp: string }): stri
     base('input', 'type filter hook input priority filter; policy accept;', dispatch.input),
     base('output', 'type filter hook output priority filter; policy accept;', dispatch.output),
     base('postrouting', 'type nat hook postrouting priority srcnat; policy accept;', nat),
+    ...(blackholed.length === 0
+      ? []
+      : [
+          base(
+            'routing',
+            'type filter hook prerouting priority filter; policy accept;',
+            blackholed,
+          ),
+        ]),
     ...reassembly,
     ...e.chains,
   ];
@@ -209,6 +220,37 @@ function reassemblyChains(e: Emitter, node: ReassemblyIR): string[] {
       `meta nfproto ipv6 exthdr frag exists ${count} ${comment}`,
     ]),
   ];
+}
+
+/**
+ * The routing half of a kill switch, counted: with the tunnel down, steering's blackhole drops the
+ * class's packets in the route lookup, before the forward hook, and a route has no counter. A
+ * lookup of our own ahead of routing (`fib daddr oif missing`: the kernel's lookup with the
+ * packet's source, so our policy rule applies, finds no interface) counts and logs them as
+ * `<class>/blackhole`, for status and `drops`. It drops nothing itself. Packets to the host are
+ * not routed out (a local route gives no interface either). A host class has nothing to count:
+ * the kernel refuses its sends during the lookup (EINVAL), and no packet is ever made.
+ */
+function blackholeCount(
+  e: Emitter,
+  cls: HostClassIR,
+  ctx: { ifnames: string; src: SetNames; families: readonly Family[] },
+): string[] {
+  if (cls.killSwitch === null || cls.via.kind !== 'tunnel') return [];
+  // Only this table knows the routing half: routing has no rule to carry an id, so the id is
+  // the class's, named here once (`drops` maps it back to its class by the part before "/").
+  const id = `${cls.name}/blackhole`;
+  const lines: string[] = [];
+  for (const f of ctx.families) {
+    for (const match of inSets(f, 'saddr', ctx.src[f])) {
+      const packet = `iifname ${ctx.ifnames} meta nfproto ${FAMILY[f].nfproto} ${match} fib daddr type != ${SELF_TYPES} fib daddr oif missing`;
+      lines.push(
+        `${packet} ${LOG_LIMIT} ${logPrefix('drop', id)}`,
+        `${packet} ${counter(e, id)} comment ${nftString(id)}`,
+      );
+    }
+  }
+  return lines;
 }
 
 /** Fail closed without a policy: every class interface and host-class source is dropped. */

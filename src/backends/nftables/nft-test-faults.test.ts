@@ -16,7 +16,8 @@ describe('disableKillSwitch (test fault)', () => {
     // The counter stays declared: it reads 0, a guard that is trusted and never fires.
     expect(broken).toContain('counter n_vpn/kill-switch {');
     const removed = ruleset.split('\n').filter((l) => !broken.split('\n').includes(l));
-    expect(removed).toHaveLength(4);
+    // The drop and its log, per family, of class vpn; of class host-vpn, IPv4 only.
+    expect(removed).toHaveLength(6);
     expect(removed.every((l) => l.includes('kill-switch'))).toBe(true);
   });
 });

@@ -53,6 +53,19 @@ describe("pf's doctor findings", () => {
       }),
     ).toEqual(['error pf-disabled', 'warning pf-reference-lost', 'error anchor-not-evaluated']);
     expect(codes({ ...BOOTED, mainNat: '' })).toContain('warning nat-anchor-missing');
+    // Our scrub rules unreached: fragments would be filtered without their ports (issue 20).
+    const scrubbing = { ...BOOTED, anchorRules: 'scrub in on bridge100 all fragment reassemble\n' };
+    expect(codes(scrubbing)).not.toContain('warning scrub-anchor-missing');
+    expect(codes({ ...scrubbing, mainRules: 'anchor "com.apple/*" all\n' })).toContain(
+      'warning scrub-anchor-missing',
+    );
+    // F93's pfctl prints a scrub anchor as `anchor "P" … fragment reassemble`: reached too.
+    expect(
+      codes({
+        ...scrubbing,
+        mainRules: 'anchor "com.apple/*" all fragment reassemble\nanchor "com.apple/*" all\n',
+      }),
+    ).not.toContain('warning scrub-anchor-missing');
     // No NAT of ours: the missing nat-anchor is not a problem.
     expect(codes({ ...BOOTED, mainNat: '', anchorNat: '' })).toEqual([
       'info pf-enabled',

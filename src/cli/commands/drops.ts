@@ -160,6 +160,9 @@ export function registerDrops(program: Command, ctx: CommandContext): void {
 Log rules are rate-limited (20/s, burst 40 per rule): under a flood some packets are dropped
 without a record, while the rules' named counters count every one. Messages with other
 prefixes are not shown. On Linux only one reader can bind an nflog group; needs tcpdump and root.
+A tunnel class's packets that routing drops while its tunnel is down (the blackhole route) show
+as <class>/blackhole, logged just before routing drops them; a host class's sends that routing
+refuses never become packets (the program gets an error) and show nowhere.
 
 Exit codes:
   0  read until --duration, --count or Ctrl-C

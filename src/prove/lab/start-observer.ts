@@ -380,7 +380,8 @@ class Capture {
         const n = readSync(fd, chunk, 0, chunk.length, this.offset);
         if (n === 0) break;
         this.offset += n;
-        for (const record of this.reader.push(chunk.subarray(0, n))) {
+        // A copy: the reader keeps unfinished records, and the chunk is read into again.
+        for (const record of this.reader.push(Uint8Array.from(chunk.subarray(0, n)))) {
           const ip = networkLayer(record.linkType, record.data);
           if (ip !== undefined) this.sort(Buffer.from(ip));
         }

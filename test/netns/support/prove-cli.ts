@@ -24,7 +24,12 @@ export interface ProveRun {
 /** Runs the built CLI's `prove --lab` (`npm run build` first) with the root-namespace guard on. */
 export async function runProve(
   args: readonly string[],
-  options: { readonly faults?: string; readonly timeoutMs?: number } = {},
+  options: {
+    readonly faults?: string;
+    readonly timeoutMs?: number;
+    /** Another policy than the linux-vpn-gateway example. */
+    readonly policy?: string;
+  } = {},
 ): Promise<ProveRun> {
   const dir = mkdtempSync(join(tmpdir(), 'egtest-prove-'));
   const json = join(dir, 'proof.json');
@@ -33,7 +38,17 @@ export async function runProve(
   try {
     const result = await execa(
       process.execPath,
-      [BIN, 'prove', VPN_POLICY, '--lab', '--json', json, '--junit', junit, ...args],
+      [
+        BIN,
+        'prove',
+        options.policy ?? VPN_POLICY,
+        '--lab',
+        '--json',
+        json,
+        '--junit',
+        junit,
+        ...args,
+      ],
       {
         env: {
           NO_COLOR: '1',

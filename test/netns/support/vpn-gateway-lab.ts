@@ -438,8 +438,16 @@ export function startTraffic(
     readonly maxMs: number;
     readonly lanes?: number;
   },
-): { stop(): Promise<{ sent: number; failed: number; batches: number }> } {
+): {
+  /**
+   * Resolves once a whole batch sent after this call is out: the handshake that traffic really
+   * ran in the state the test set up (starting a sender takes seconds on a loaded machine).
+   */
+  flowing(): Promise<void>;
+  stop(): Promise<{ sent: number; failed: number; batches: number }>;
+} {
   let stopping = false;
+  const finished: { startedAt: number; wake(): void }[] = [];
   const started = performance.now();
   const totals = { sent: 0, failed: 0, batches: 0 };
   const lanes = options.lanes ?? 1;
@@ -450,6 +458,7 @@ export function startTraffic(
   const lane = async (index: number): Promise<void> => {
     await sleep((index * batchMs) / lanes);
     while (!stopping && performance.now() - started < options.maxMs) {
+      const batchStart = performance.now();
       const result = await sendPackets(lab.runner(options.node), {
         nonce: options.nonce,
         packets: options.packets,
@@ -458,6 +467,7 @@ export function startTraffic(
       totals.sent += result.sent;
       totals.failed += result.failed;
       totals.batches++;
+      for (const waiter of finished.filter((w) => w.startedAt <= batchStart)) waiter.wake();
     }
   };
   let failure: unknown;
@@ -473,6 +483,23 @@ export function startTraffic(
     await loops;
   });
   return {
+    flowing() {
+      return new Promise((resolve, reject) => {
+        const waiter = {
+          startedAt: performance.now(),
+          wake: () => {
+            finished.splice(finished.indexOf(waiter), 1);
+            resolve();
+          },
+        };
+        finished.push(waiter);
+        void loops.then(() => {
+          if (finished.includes(waiter)) {
+            reject(new Error('The traffic ended before a batch went out', { cause: failure }));
+          }
+        });
+      });
+    },
     async stop() {
       stopping = true;
       await loops;
