@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { EgressguardError, parseAddress, parsePrefix } from '../core/index.js';
 
-const factsSchema = z.strictObject({
+/** The facts.json format; docs/facts.md documents every field (a test holds them together). */
+export const factsSchema = z.strictObject({
   schema: z.literal('egressguard/facts/v1'),
   hostname: z.string(),
   os: z.enum(['linux', 'darwin']),
