@@ -58,7 +58,11 @@ async function simulateReboot(lab: Lab): Promise<void> {
   const change = { effect: 'change', allowFailure: true } as const;
   await runner.run(['nft', 'delete', 'table', 'inet', 'egressguard'], change);
   for (const family of ['-4', '-6']) {
-    await runner.run(['ip', family, 'rule', 'del', 'priority', '7350'], change);
+    // One rule per steered class shares the priority: delete until none is left.
+    for (let left = 16; left > 0; left -= 1) {
+      const deleted = await runner.run(['ip', family, 'rule', 'del', 'priority', '7350'], change);
+      if (deleted.exitCode !== 0) break;
+    }
     await runner.run(['ip', family, 'route', 'flush', 'table', '7350'], change);
   }
   expect(await ownTableJson(lab)).toBe('[]');

@@ -67,7 +67,7 @@ describe('pf applier on the pfctl model', () => {
     const plan = await planPrepared(h.target, prepared);
     expect(plan.problems).toEqual([]);
     expect(plan.changes).toEqual([
-      `+ pf anchor "${A}" (5 tables, 1 nat, 55 filter rules)`,
+      `+ pf anchor "${A}" (5 tables, 1 nat, 65 filter rules)`,
       '+ pf enable reference of our own (pfctl -E)',
     ]);
     const report = await applyPrepared(h.target, prepared);
