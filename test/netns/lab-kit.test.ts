@@ -17,6 +17,13 @@ import {
   type PacketSpec,
   type Topology,
 } from '../../src/prove/index.js';
+import { labPython } from '../../src/prove/lab/lab-python.js';
+import {
+  labScript,
+  missingLinkAddresses,
+  restoreLinkAddresses,
+  startService,
+} from '../../src/prove/lab-services.js';
 
 // Every address beyond the host is from the documentation ranges (RFC 5737, RFC 3849); the
 // workload and tunnel sides use private ranges. None of it exists outside the lab's namespaces.
@@ -261,6 +268,64 @@ describe('lab kit: link faults', () => {
       expect(await lab.linkState(tun)).toMatchObject({ isUp: false });
       await lab.setLinkUp(tun);
       expect(await lab.linkState(tun)).toMatchObject({ isUp: true });
+    });
+  });
+});
+
+describe('lab kit: the services and probes prove relies on', () => {
+  it('gives a link brought back its IPv6 address, which the kernel flushed when it went down', async () => {
+    await withLab(topology, async (lab) => {
+      const vwl = { node: 'host', iface: 'vwl0' };
+      await lab.setLinkDown(vwl);
+      await lab.setLinkUp(vwl);
+      // net.ipv6.conf.*.keep_addr_on_down is 0: the IPv6 address went, the IPv4 one stayed.
+      expect(await missingLinkAddresses(lab, vwl)).toEqual(['fd00:10::1/64']);
+      await restoreLinkAddresses(lab, vwl);
+      expect(await missingLinkAddresses(lab, vwl)).toEqual([]);
+    });
+  });
+
+  it('answers a TCP client that a busy CPU held for seconds between connect and send', async () => {
+    await withLab(topology, async (lab) => {
+      await startService(lab, 'internet', [
+        ...['serve', 'internet', '--tcp', '443', '--udp', '9', '--addresses', '198.51.100.1'],
+      ]);
+      // The pause stands in for a descheduled client thread; the server gave up after 2 s.
+      const client = [
+        'import socket, time',
+        's = socket.create_connection(("198.51.100.1", 443), timeout=5)',
+        'time.sleep(2.5)',
+        's.sendall(b"egressguard egtest tcp\\n")',
+        'print(s.recv(2048).decode().strip() or "closed without an answer")',
+      ].join('\n');
+      const workload = lab.runner('workload');
+      const { stdout } = await workload.run([await labPython(workload), '-c', client], {
+        effect: 'read',
+      });
+      expect(JSON.parse(stdout)).toMatchObject({ node: 'internet', src: '10.10.0.2' });
+    });
+  });
+
+  it("counts the host's own sends its blackhole route refuses as refused, not failed", async () => {
+    await withLab(topology, async (lab) => {
+      const host = lab.runner('host');
+      await host.run(['ip', 'route', 'add', 'blackhole', '203.0.113.99/32'], { effect: 'change' });
+      const request = {
+        nonce: createNonce(),
+        timeoutMs: 300,
+        probes: [
+          { tag: 'h0', kind: 'udp', src: '198.51.100.2', dst: '203.0.113.99', port: 53, count: 3 },
+        ],
+      };
+      const { stdout } = await host.run(
+        [await labPython(host), labScript('probe.py'), 'probe', JSON.stringify(request)],
+        { effect: 'read' },
+      );
+      const [result] = (JSON.parse(stdout) as { results: unknown[] }).results;
+      expect(result).toMatchObject({
+        client: { outcome: 'unreachable', error: 'Invalid argument (errno 22)' },
+        raw: { sent: 0, refused: 3, failed: 0, error: 'Invalid argument (errno 22)' },
+      });
     });
   });
 });
