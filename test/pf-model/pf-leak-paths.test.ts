@@ -66,6 +66,14 @@ function withInterface(facts: HostFacts, name: string, addresses: string[]): Hos
   };
 }
 
+/** The example policy with the cache's port 4001 open too, written beside the host's state. */
+function openCachePort(h: PfModelHost): string {
+  const path = join(h.dir, 'cache-4001.yaml');
+  const text = readFileSync(join(RUNNER_CASE, 'policy.yaml'), 'utf8');
+  writeFileSync(path, text.replace('ports: [4000]', 'ports: [4000, 4001]'));
+  return path;
+}
+
 /** What `explain` says of a packet on the host as these facts describe it. */
 function explain(policy: typeof RUNNER, facts: HostFacts, args: Record<string, string>) {
   const ir = lowerForHost(policy, facts);
@@ -194,14 +202,7 @@ describe('issue 20, items 2 and 8: states do not outlive a lockdown, a revert or
     const context = hostContext(h.target, pfBackend);
     const first = await applyPrepared(h.target, h.prepare());
     // The next generation opens the cache's port 4001 too, and is never confirmed.
-    const opened = join(h.dir, 'cache-4001.yaml');
-    writeFileSync(
-      opened,
-      readFileSync(join(RUNNER_CASE, 'policy.yaml'), 'utf8').replace(
-        'ports: [4000]',
-        'ports: [4000, 4001]',
-      ),
-    );
+    const opened = openCachePort(h);
     const second = await applyPrepared(h.target, h.prepare(opened), {
       confirm: {
         seconds: 30,
@@ -236,14 +237,7 @@ describe('issue 20, items 2 and 8: states do not outlive a lockdown, a revert or
   it('a failed apply kills what the anchor it put back passed meanwhile: the flow stops, as explain says', async () => {
     const h = host();
     await applyPrepared(h.target, h.prepare());
-    const opened = join(h.dir, 'cache-4001.yaml');
-    writeFileSync(
-      opened,
-      readFileSync(join(RUNNER_CASE, 'policy.yaml'), 'utf8').replace(
-        'ports: [4000]',
-        'ports: [4000, 4001]',
-      ),
-    );
+    const opened = openCachePort(h);
     // A VM opens a flow the new anchor allows, then a step after the load fails: the applier
     // loads the previous anchor again.
     const hit = h.faults.hit.bind(h.faults);
