@@ -11,6 +11,7 @@ import {
   type Verb,
 } from './kube-api-model.js';
 import type { JsonValue } from './json-patch.js';
+import { testCiliumEndpoint as endpoint, testPod as pod } from './test-pods.js';
 
 // doctor --k8s through the front door: the cluster support reads kube-system/cilium-config and
 // the cilium DaemonSet from the MODEL of the API server (kube-api-model.ts) with
@@ -69,59 +70,6 @@ const COMPILED = parseAllDocuments(
   .map((d) => d.toJS() as JsonValue & { kind: string; metadata: { name: string } })
   .filter((m) => m.kind === 'CiliumEgressGatewayPolicy');
 const GATEWAY = { name: 'k3s-gw-1', labels: { 'egressguard.dev/gateway-vpn': 'up' } };
-
-/** A Pod as the API server returns it: the fields doctor reads. */
-function pod(
-  name: string,
-  labels: Record<string, string>,
-  options: { phase?: string; hostNetwork?: boolean; gate?: boolean } = {},
-): JsonValue {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, namespace: 'apps', labels },
-    spec: {
-      nodeName: 'k3s-worker-1',
-      ...(options.hostNetwork === true ? { hostNetwork: true } : {}),
-      ...(options.gate === false ? {} : { initContainers: [{ name: 'egressguard-tunnel-gate' }] }),
-      containers: [{ name: 'app' }],
-    },
-    status: { phase: options.phase ?? 'Running' },
-  };
-}
-
-/**
- * A CiliumEndpoint as the agent writes it (status.identity.labels as "source:key=value", and the
- * namespace's labels under io.cilium.k8s.namespace.labels: pkg/k8s/apis/cilium.io/v2 types).
- */
-function endpoint(
-  name: string,
-  options: { labels?: string[] | null; address?: boolean } = {},
-): JsonValue {
-  return {
-    apiVersion: 'cilium.io/v2',
-    kind: 'CiliumEndpoint',
-    metadata: { name, namespace: 'apps' },
-    status: {
-      ...(options.labels === null
-        ? {}
-        : {
-            identity: {
-              id: 41234,
-              labels: options.labels ?? [
-                'k8s:egress-class=vpn',
-                'k8s:io.cilium.k8s.namespace.labels.kubernetes.io/metadata.name=apps',
-                'k8s:io.kubernetes.pod.namespace=apps',
-              ],
-            },
-          }),
-      networking: {
-        node: '192.168.1.22',
-        addressing: options.address === false ? [] : [{ ipv4: '10.42.1.17' }],
-      },
-    },
-  };
-}
 
 const VPN = { 'egress-class': 'vpn' };
 // A running pod of the class, held by the gate when it started and steerable; a pod of no class.

@@ -93,6 +93,9 @@ export const KUBE_CALLS = {
   gateway: [
     { apiGroup: '', resource: 'nodes', verbs: ['get', 'patch'] },
     { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list', 'patch'] },
+    // Read only: whether Cilium can steer each running pod of the class (a metric and an alert).
+    { apiGroup: '', resource: 'pods', verbs: ['list'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumendpoints', verbs: ['list'] },
   ],
   doctor: [
     { apiGroup: '', resource: 'configmaps', verbs: ['get'], names: ['cilium-config'] },

@@ -17,13 +17,16 @@ import { GATE_CONTAINER } from './tunnel-gate.js';
  * tunnel gate holds the pod through.
  */
 
-export type UnsteeredReason =
-  | 'host-network'
-  | 'no-cilium-endpoint'
-  | 'no-identity'
-  | 'no-address'
-  | 'identity-lacks-class-labels'
-  | 'no-tunnel-gate';
+export const UNSTEERED_REASONS = [
+  'host-network',
+  'no-cilium-endpoint',
+  'no-identity',
+  'no-address',
+  'identity-lacks-class-labels',
+  'no-tunnel-gate',
+] as const;
+
+export type UnsteeredReason = (typeof UNSTEERED_REASONS)[number];
 
 export interface UnsteeredPod {
   readonly namespace: string;
