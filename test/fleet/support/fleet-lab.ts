@@ -82,6 +82,8 @@ export function startTestAgent(options: {
   name: string;
   root: string;
   seed?: number;
+  /** The agent's own reconnect backoff (1 s doubling to 60 s), not the test's short one. */
+  agentBackoff?: boolean;
 }): TestAgent {
   const tokenFile = join(options.root, `${options.name}.token`);
   writeFileSync(tokenFile, `${options.token}\n`, { mode: 0o600 });
@@ -104,7 +106,7 @@ export function startTestAgent(options: {
     startJitterMs: 50,
     pollJitterMs: 50,
     backoff: { baseMs: 200, capMs: 2_000 },
-    connectBackoff: { baseMs: 100, capMs: 1_000 },
+    ...(options.agentBackoff === true ? {} : { connectBackoff: { baseMs: 100, capMs: 1_000 } }),
     log: (line) => log.push(line),
   });
   return {
