@@ -427,6 +427,8 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       } finally {
         await db.close();
       }
+      // No agent ended or threw (they run in this process: a crash would be a rejection).
+      expect(agents.filter((a) => a.ended !== undefined).map((a) => [a.name, a.ended])).toEqual([]);
       for (const replica of replicas) {
         expect(replica.running()).toBe(true);
         expect(replica.log()).not.toMatch(/Uncaught|unhandled|EPIPE|Internal error/i);
