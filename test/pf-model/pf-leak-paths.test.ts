@@ -31,8 +31,9 @@ import {
 
 // Issue 20: the leak paths of the pf backend, each against the pfctl MODEL of a stock macOS host
 // through the real apply layer, and each checked against `explain` (the IR evaluator) on the
-// host as it is when the packet comes. Every test here fails with the backend before the fix
-// (its compiler, applier, inspector and stanza writer run against these models): the read-back
+// host as it is when the packet comes. Every test that applies here fails with the backend before
+// the fix (its compiler, applier, inspector and stanza writer run against these models; the one
+// test of the model alone passes either way): the read-back
 // of an anchor naming `self` never converges on a host whose interfaces hold several addresses,
 // and without the state kills the flows below pass by their states.
 const RUNNER = requirePolicy(join(RUNNER_CASE, 'policy.yaml')).policy;
