@@ -11,8 +11,9 @@ export default defineConfig({
     // a fresh clone from 473 s to 267 s on 2 cores.
     maxWorkers: Math.max(availableParallelism() + 1, 3),
     // Generous on purpose: a case of eight CLI calls in a lab took over 30 s at load 13 on 2 cores
-    // (each Node start ~3.5 s). These bound a hang; no test asserts how long anything takes.
-    testTimeout: 120_000,
+    // (each Node start ~3.5 s), and cases of the confirm-revert and lab-kit files crossed 120 s at
+    // load 25. These bound a hang; no test asserts how long anything takes.
+    testTimeout: 240_000,
     hookTimeout: 180_000,
   },
 });

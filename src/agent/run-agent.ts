@@ -250,7 +250,14 @@ export async function runAgent<P extends PreparedGeneration>(
         // It answered (with an error) or it could not be reached.
         options.metrics?.recordReachable(error instanceof ControllerRefusal);
         connectFailures += 1;
-        const delay = retryDelay(error, connectFailures, connectBackoff, random);
+        // A controller that answers (its store away, its disk full) is asked again at most one
+        // poll interval (plus its Retry-After) apart, never more often than it is asked anyway:
+        // once it works again every host hears of it within that, not a minute later.
+        const backoff =
+          error instanceof ControllerRefusal
+            ? { ...connectBackoff, capMs: Math.min(connectBackoff.capMs, pollWaitMs) }
+            : connectBackoff;
+        const delay = retryDelay(error, connectFailures, backoff, random);
         log(
           `warning: ${(error as Error).message}; enforcing what is applied, trying again in ${Math.round(delay / 1000)} s`,
         );

@@ -16,5 +16,6 @@ export {
   SERVER_STATE_DIR,
   SERVER_UNIT_KINDS,
   renderServerUnit,
+  serverUnitPathProblem,
   type ServerUnitKind,
 } from './server-units.js';

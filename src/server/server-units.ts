@@ -18,6 +18,26 @@ export interface ServerUnitInput {
   readonly args: readonly string[];
   /** The port it listens on: below 1024 it needs CAP_NET_BIND_SERVICE, and gets only that. */
   readonly port: number;
+  /**
+   * Absolute directories it writes outside its state directory (a state directory or a SQLite
+   * file given elsewhere): `ProtectSystem=strict` makes every other path read-only.
+   */
+  readonly writablePaths?: readonly string[];
+}
+
+/**
+ * Why a path cannot be given to the service, or undefined: home directories are hidden from it
+ * (`ProtectHome`), and a writable path is one word of `ReadWritePaths=`, which takes no quoting we
+ * need to get right (so only plain characters).
+ */
+export function serverUnitPathProblem(path: string, writable: boolean): string | undefined {
+  if (/^\/(home|root|run\/user)(\/|$)/.test(path)) {
+    return 'the service cannot see home directories (ProtectHome=yes)';
+  }
+  if (writable && !/^\/[A-Za-z0-9_@+=:,./-]*$/.test(path)) {
+    return 'a directory the service writes must be an absolute path of letters, digits and _@+=:,./-';
+  }
+  return undefined;
 }
 
 /**
@@ -61,6 +81,9 @@ export function renderServerUnit(
       `StateDirectory=${SERVER_STATE_DIR.split('/').at(-1) ?? 'egressguard-server'}`,
       'StateDirectoryMode=0700',
       'UMask=0077',
+      ...((input.writablePaths ?? []).length > 0
+        ? [`ReadWritePaths=${(input.writablePaths ?? []).join(' ')}`]
+        : []),
       'NoNewPrivileges=yes',
       'ProtectSystem=strict',
       'ProtectHome=yes',

@@ -32,7 +32,7 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
 
   it(
     'resumes a rollout after the controller was killed in the middle of it; no status is lost, agents keep enforcing',
-    { timeout: 120_000 },
+    { timeout: 300_000 },
     async () => {
       const store =
         cluster === undefined
@@ -83,10 +83,15 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
       );
       expect(pushed.exitCode).toBe(0);
       const { rolloutId } = JSON.parse(pushed.stdout) as { rolloutId: string };
-      await waitFor('wave 1 to start', async () => {
-        const rollout = (await statusJson()).rollouts.find((r) => r.id === rolloutId);
-        return rollout?.waves[1]?.state === 'progressing' ? true : undefined;
-      });
+      // Hang bounds, not timings: each look runs the CLI (seconds each at a load of 15).
+      await waitFor(
+        'wave 1 to start',
+        async () => {
+          const rollout = (await statusJson()).rollouts.find((r) => r.id === rolloutId);
+          return rollout?.waves[1]?.state === 'progressing' ? true : undefined;
+        },
+        90_000,
+      );
       const before = await statusJson();
 
       server.kill();
@@ -108,12 +113,12 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
           (await statusJson()).rollouts.find((r) => r.id === rolloutId)?.state === 'succeeded'
             ? true
             : undefined,
-        60_000,
+        90_000,
       );
       await waitFor(
         'every host Ready',
         async () => ((await fleet('status')).exitCode === 0 ? true : undefined),
-        30_000,
+        90_000,
       );
       const after = await statusJson();
       // Nothing recorded before the kill was lost: enrollment times, the canary's hashes and history.

@@ -64,6 +64,62 @@ describe('server units (built CLI)', () => {
     expect(low.stdout).toMatch(/ --store sqlite:\/var\/lib\/egressguard-server\/fleet\.db/);
   });
 
+  it('makes a state directory or SQLite file given elsewhere absolute and writable for the sandboxed service, and refuses one in a home directory', async () => {
+    const cwd = scratch.dir('cwd');
+    const result = await runCli(
+      [
+        'server',
+        '--store',
+        'sqlite:data/fleet.db',
+        '--state-dir',
+        'state',
+        '--print-unit',
+        'systemd',
+      ],
+      { cwd },
+    );
+    expect(result.stderr).toBe('');
+    expect(result.exitCode).toBe(0);
+    const lines = result.stdout.split('\n');
+    // The service starts in /, where a relative path would name another file, read-only at that.
+    expect(lines.find((l) => l.startsWith('ExecStart='))).toMatch(
+      new RegExp(` server --store sqlite:${cwd}/data/fleet\\.db --state-dir ${cwd}/state$`),
+    );
+    expect(lines).toContain(`ReadWritePaths=${cwd}/data ${cwd}/state`);
+    const file = join(scratch.dir('unit-paths'), 'egressguard-server.service');
+    writeFileSync(file, result.stdout);
+    const verify = await execa('systemd-analyze', ['verify', file], { reject: false });
+    expect(verify.stderr).toBe('');
+    expect(verify.exitCode).toBe(0);
+    // Its own state directory needs no such line.
+    const own = await runCli([
+      'server',
+      '--store',
+      'sqlite:/var/lib/egressguard-server/other.db',
+      '--print-unit',
+      'systemd',
+    ]);
+    expect(own.stdout).not.toMatch(/ReadWritePaths/);
+
+    const home = await runCli([
+      'server',
+      '--store',
+      'sqlite:/root/fleet.db',
+      '--print-unit',
+      'systemd',
+    ]);
+    expect(home.exitCode).toBe(2);
+    expect(home.stdout).toBe('');
+    expect(home.stderr).toMatch(
+      /Cannot template the service with --store sqlite:\/root\/fleet\.db: the service cannot see home directories \(ProtectHome=yes\)/,
+    );
+    const spaced = await runCli(['server', '--state-dir', 'a state', '--print-unit', 'systemd'], {
+      cwd,
+    });
+    expect(spaced.exitCode).toBe(2);
+    expect(spaced.stderr).toMatch(/must be an absolute path of letters, digits/);
+  });
+
   it('prints the sysusers.d entry of its user, which systemd-sysusers creates', async () => {
     const result = await runCli(['server', '--print-unit', 'sysusers']);
     expect(result.exitCode).toBe(0);

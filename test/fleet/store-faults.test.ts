@@ -261,7 +261,15 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       const names = Array.from({ length: 50 }, (_, i) => `f${String(i).padStart(2, '0')}`);
       for (const [i, name] of names.entries()) {
         agents.push(
-          startTestAgent({ serverUrl: replicas[i % 2]?.url ?? '', token, name, root, seed: i + 1 }),
+          startTestAgent({
+            serverUrl: replicas[i % 2]?.url ?? '',
+            token,
+            name,
+            root,
+            seed: i + 1,
+            // What a real agent waits after the 503s of the outage: the bound is theirs to meet.
+            agentBackoff: true,
+          }),
         );
       }
       await waitFor(
@@ -419,6 +427,8 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       } finally {
         await db.close();
       }
+      // No agent ended or threw (they run in this process: a crash would be a rejection).
+      expect(agents.filter((a) => a.ended !== undefined).map((a) => [a.name, a.ended])).toEqual([]);
       for (const replica of replicas) {
         expect(replica.running()).toBe(true);
         expect(replica.log()).not.toMatch(/Uncaught|unhandled|EPIPE|Internal error/i);

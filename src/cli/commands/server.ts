@@ -1,4 +1,4 @@
-import { join, resolve } from 'node:path';
+import { dirname, join, relative, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { EgressguardError, packagePath } from '../../core/index.js';
 import {
@@ -6,6 +6,7 @@ import {
   SERVER_UNIT_KINDS,
   parseListen,
   renderServerUnit,
+  serverUnitPathProblem,
   startServer,
   type ServerUnitKind,
 } from '../../server/index.js';
@@ -140,18 +141,43 @@ function printUnit(ctx: CommandContext, command: Command, opts: ServerCommandOpt
       hint: `use one of: ${SERVER_UNIT_KINDS.join(', ')}`,
     });
   }
+  // The service starts in / under ProtectSystem=strict: every path is made absolute, and what it
+  // writes outside its own state directory is made writable for it.
+  const writable: string[] = [];
+  const pathOf = (given: string, path: string, writes: boolean): string => {
+    const absolute = resolve(path);
+    const problem = serverUnitPathProblem(absolute, writes);
+    if (problem !== undefined) {
+      throw new EgressguardError('usage', `Cannot template the service with ${given}: ${problem}`, {
+        hint: `put it under ${SERVER_STATE_DIR} (the service's own state directory) or another directory outside the home directories`,
+      });
+    }
+    const inStateDir = !relative(SERVER_STATE_DIR, absolute).startsWith('..');
+    if (writes && !inStateDir && !writable.includes(absolute)) writable.push(absolute);
+    return absolute;
+  };
   const args: string[] = [];
   for (const option of command.options) {
     const key = option.attributeName();
     if (key === 'printUnit' || command.getOptionValueSource(key) !== 'cli') continue;
     const value: unknown = (opts as unknown as Record<string, unknown>)[key];
     const values = Array.isArray(value) ? value : [value];
+    const flag = option.long ?? '';
     for (const v of values) {
-      if (typeof v === 'boolean' && v) args.push(option.long ?? '');
+      if (typeof v === 'boolean' && v) args.push(flag);
       if (typeof v !== 'string') continue;
-      const absolute =
-        key.endsWith('File') || key === 'tlsCert' || key === 'tlsKey' || key === 'tlsCa';
-      args.push(option.long ?? '', absolute ? resolve(v) : v);
+      if (key === 'stateDir') {
+        args.push(flag, pathOf(`${flag} ${v}`, v, true));
+      } else if (key === 'store' && v.startsWith('sqlite:') && v !== 'sqlite::memory:') {
+        // SQLite writes its -wal and -shm files beside the database: the directory is written.
+        const file = resolve(v.slice('sqlite:'.length));
+        pathOf(`${flag} ${v}`, dirname(file), true);
+        args.push(flag, `sqlite:${file}`);
+      } else {
+        const isFile =
+          key.endsWith('File') || key === 'tlsCert' || key === 'tlsKey' || key === 'tlsCa';
+        args.push(flag, isFile ? pathOf(`${flag} ${v}`, v, false) : v);
+      }
     }
   }
   if (!args.includes('--state-dir')) args.push('--state-dir', SERVER_STATE_DIR);
@@ -161,6 +187,7 @@ function printUnit(ctx: CommandContext, command: Command, opts: ServerCommandOpt
     bin: packagePath('bin', 'egressguard.js'),
     args,
     port: parseListen(opts.listen).port,
+    writablePaths: writable,
   });
   ctx.output.out.write(unit.content);
   ctx.setExit(EXIT.ok);

@@ -69,6 +69,8 @@ export interface TestAgent {
   readonly engine: RecordingEngine;
   readonly outcome: Promise<AgentEnd>;
   readonly log: string[];
+  /** How the agent ended before it was stopped (its end, or the error it threw); undefined while it runs. */
+  readonly ended: string | undefined;
   stop(): Promise<void>;
 }
 
@@ -82,6 +84,8 @@ export function startTestAgent(options: {
   name: string;
   root: string;
   seed?: number;
+  /** The agent's own reconnect backoff (1 s doubling to 60 s), not the test's short one. */
+  agentBackoff?: boolean;
 }): TestAgent {
   const tokenFile = join(options.root, `${options.name}.token`);
   writeFileSync(tokenFile, `${options.token}\n`, { mode: 0o600 });
@@ -104,14 +108,29 @@ export function startTestAgent(options: {
     startJitterMs: 50,
     pollJitterMs: 50,
     backoff: { baseMs: 200, capMs: 2_000 },
-    connectBackoff: { baseMs: 100, capMs: 1_000 },
+    ...(options.agentBackoff === true ? {} : { connectBackoff: { baseMs: 100, capMs: 1_000 } }),
     log: (line) => log.push(line),
   });
+  let ended: string | undefined;
+  outcome.then(
+    (end) => {
+      if (!controller.signal.aborted) ended = end;
+    },
+    (error: unknown) => {
+      if (controller.signal.aborted) return; // stop() takes it, as before
+      ended = `threw: ${error instanceof Error ? error.message : String(error)}`;
+      // Still unhandled, as before: a test that does not look at `ended` hears of it too.
+      throw error;
+    },
+  );
   return {
     name: options.name,
     engine,
     outcome,
     log,
+    get ended() {
+      return ended;
+    },
     stop: async () => {
       controller.abort();
       await outcome.catch(() => undefined);
