@@ -140,9 +140,16 @@ def serve(node, tcp_ports, udp_ports, addresses):
                         pass
 
 
+# How long a connection may stay silent before the server gives up on it. Long: the client
+# bounds its own wait and closes; a server that gave up first (it waited 2 s) answered a client
+# whose thread a busy CPU held between connect and send with a FIN, or with a reset once the
+# request came in: an allowed probe read as refused or reset.
+REQUEST_TIMEOUT_S = 60
+
+
 def answer_tcp(node, conn, peer):
     with conn:
-        conn.settimeout(2)
+        conn.settimeout(REQUEST_TIMEOUT_S)
         try:
             conn.recv(MAX_REQUEST)
             local = conn.getsockname()

@@ -14,8 +14,11 @@ Runs every probe at once, each two ways:
 A probe with "fragment": "all" sends its datagrams in fragments (the client's too, UDP and ICMP);
 with "non-first" only the raw datagrams' non-first fragments (give "client": false).
 Writes {"results": [{"tag", "client": {"outcome", "node", "seen", "error", "ms"},
-"raw": {"sent", "failed", "error"}}]}; outcome is answered, refused, unreachable, timeout, error
-or none (no client for that kind).
+"raw": {"sent", "refused", "failed", "error"}}]}; outcome is answered, refused, unreachable, timeout,
+error or none (no client for that kind). "refused" counts the raw packets this node's own stack
+refused to send (its firewall's output drop: EPERM; its route: a blackhole EINVAL, unreachable
+EHOSTUNREACH, prohibit EACCES, none ENETUNREACH): they never left it. "failed" counts any other
+send error.
 
     probe.py stream '{"nonce": "eg…", "rate": 120,
                        "specs": [{"tag": "s1", "kind": "udp", "src": "…", "dst": "…", "dport": 9}]}'
@@ -24,7 +27,7 @@ Sends one raw packet of every spec `rate` times a second until SIGTERM (or until
 that started it is gone: a stream never outlives its scenario, nor runs out before it). Writes the
 line "sending" once the first round is out (a slow machine can take a while to start), then at the
 end
-{"results": [{"tag", "sent", "failed", "error"}], "elapsedMs", "minPerSecond"}: minPerSecond is
+{"results": [{"tag", "sent", "refused", "failed", "error"}], "elapsedMs", "minPerSecond"}: minPerSecond is
 the fewest packets of one spec sent in any whole second of the run.
 """
 
@@ -46,6 +49,10 @@ IP_FREEBIND = 15
 IPV6_FREEBIND = 78
 IPV6_MTU = 24
 FRAGMENT_SEND_LOCK = threading.Lock()
+ANSWER_TIMEOUT_S = 10
+# What a node's own stack answers a send it refuses: its firewall's output drop (EPERM), a
+# blackhole route (EINVAL: the kernel's fib_props), an unreachable or prohibit route, no route.
+REFUSED = (errno.EPERM, errno.EINVAL, errno.EHOSTUNREACH, errno.EACCES, errno.ENETUNREACH)
 
 
 def main(argv):
@@ -68,7 +75,7 @@ def run_probes(request):
 
     def one(index, probe):
         client = {"outcome": "none", "node": None, "seen": None, "error": None, "ms": None}
-        raw = {"sent": 0, "failed": 0, "error": None}
+        raw = {"sent": 0, "refused": 0, "failed": 0, "error": None}
         threads = []
         if probe.get("client", True):
             threads.append(threading.Thread(target=lambda: client.update(
@@ -106,11 +113,12 @@ def send_raw(nonce, probe):
     except sender.InvalidInput as e:
         # Not sendable as asked: say why (the oracle calls the probe unmeasured), never crash the
         # thread and leave "unknown error".
-        return {"sent": 0, "failed": probe["count"], "error": f"cannot build the packet: {e}"}
+        return {"sent": 0, "refused": 0, "failed": probe["count"],
+                "error": f"cannot build the packet: {e}"}
     # Fresh source ports for every probe: a flow of an earlier phase (its conntrack entry, with
     # a masquerade binding to another interface) must not decide the fate of this one.
     base = 20000 + int.from_bytes(os.urandom(2), "big") % 40000
-    sent, failed, error, sockets = 0, 0, None, {}
+    sent, refused, failed, error, sockets = 0, 0, 0, None, {}
     try:
         src = spec["src"]
         sock = sender.raw_socket(src, sockets)
@@ -125,14 +133,17 @@ def send_raw(nonce, probe):
                         sock.sendto(packet, (str(spec["dst"]), 0))
                 sent += 1
             except OSError as e:
-                failed += 1
+                if e.errno in REFUSED:
+                    refused += 1
+                else:
+                    failed += 1
                 error = error or sender.describe(e)
     except OSError as e:
-        return {"sent": 0, "failed": spec["count"], "error": sender.describe(e)}
+        return {"sent": 0, "refused": 0, "failed": spec["count"], "error": sender.describe(e)}
     finally:
         for s in sockets.values():
             s.close()
-    return {"sent": sent, "failed": failed, "error": error}
+    return {"sent": sent, "refused": refused, "failed": failed, "error": error}
 
 
 def family_of(address):
@@ -169,8 +180,7 @@ def run_client(token, probe, timeout):
     except ConnectionRefusedError:
         result = {"outcome": "refused"}
     except OSError as error:
-        unreachable = (errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EACCES, errno.EPERM)
-        result = {"outcome": "unreachable" if error.errno in unreachable else "error",
+        result = {"outcome": "unreachable" if error.errno in REFUSED else "error",
                   "error": sender.describe(error)}
     result.setdefault("node", None)
     result.setdefault("seen", None)
@@ -188,6 +198,9 @@ def tcp_client(token, probe, timeout):
     with bound_socket(probe["src"], socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect((probe["dst"], probe["port"]))
+        # Connected: the path let it through, and the answer is on its way. A busy CPU may delay
+        # it past the connect's bound; that is no drop, so the answer gets a bound of its own.
+        sock.settimeout(max(timeout, ANSWER_TIMEOUT_S))
         sock.sendall(f"egressguard {token} tcp\n".encode())
         data = b""
         while not data.endswith(b"\n"):
@@ -285,7 +298,7 @@ def run_stream(request):
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     sockets = {}
-    counts = [{"tag": tag, "sent": 0, "failed": 0, "error": None} for tag, _ in specs]
+    counts = [{"tag": tag, "sent": 0, "refused": 0, "failed": 0, "error": None} for tag, _ in specs]
     per_second = []
     started = time.monotonic()
     next_round = started
@@ -307,7 +320,7 @@ def run_stream(request):
                 sender.raw_socket(src, sockets).sendto(packet, (str(spec["dst"]), 0))
                 count["sent"] += 1
             except OSError as error:
-                count["failed"] += 1
+                count["refused" if error.errno in REFUSED else "failed"] += 1
                 count["error"] = count["error"] or sender.describe(error)
         per_second[second] += 1
         if seq == 0:

@@ -3,7 +3,7 @@ import { EgressguardError, packagePath } from '../core/index.js';
 import type { Lab } from './lab/create-lab.js';
 import { labPython } from './lab/lab-python.js';
 import { routeLine } from './lab/plan-lab.js';
-import { routeFamily } from './lab/topology.js';
+import { routeFamily, type LinkRef } from './lab/topology.js';
 import type { ProofLab } from './plan-proof-lab.js';
 
 /** The path of a script of scripts/lab/ (shipped with the package). */
@@ -59,6 +59,34 @@ export async function addTunnelRoutes(lab: Lab, plan: ProofLab, tunnel: string):
     plan.host,
     prefixes.map((p) => `route replace ${p} dev ${tunnel}`),
   );
+}
+
+/**
+ * Gives a link end its addresses of the topology back, as a VPN client does when it brings its
+ * tunnel up: the kernel flushes an interface's IPv6 addresses when it goes down
+ * (net.ipv6.conf.*.keep_addr_on_down is 0 by default), and without its IPv6 address a tunnel
+ * class's IPv6 is masqueraded to another interface's address.
+ */
+export async function restoreLinkAddresses(lab: Lab, ref: LinkRef): Promise<void> {
+  await batch(
+    lab,
+    ref.node,
+    lab
+      .addressesOf(ref)
+      .map((a) => `address replace ${a} dev ${ref.iface}${a.includes(':') ? ' nodad' : ''}`),
+  );
+}
+
+/** The link end's addresses of the topology it lacks. */
+export async function missingLinkAddresses(lab: Lab, ref: LinkRef): Promise<string[]> {
+  const { stdout } = await lab
+    .runner(ref.node)
+    .run(['ip', '-j', 'address', 'show', 'dev', ref.iface], { effect: 'read', allowFailure: true });
+  const [entry] = JSON.parse(stdout || '[]') as {
+    addr_info?: { local: string; prefixlen: number }[];
+  }[];
+  const present = new Set((entry?.addr_info ?? []).map((a) => `${a.local}/${String(a.prefixlen)}`));
+  return lab.addressesOf(ref).filter((a) => !present.has(a));
 }
 
 /**

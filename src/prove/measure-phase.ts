@@ -25,6 +25,12 @@ export interface ClientOutcome {
 /** The nonce'd raw packets sent for the far sides' counters (oracle 2). */
 export interface RawSend {
   readonly sent: number;
+  /**
+   * Sends the node's own stack refused (its firewall's output drop, a blackhole, unreachable or
+   * prohibit route, no route): those packets never left it.
+   */
+  readonly refused: number;
+  /** Sends that failed otherwise. */
   readonly failed: number;
   readonly error: string | null;
 }
@@ -157,7 +163,7 @@ export async function runPhase(input: {
       tag,
       node,
       client: results.get(tag)?.client ?? noClient('the probe script reported nothing'),
-      raw: results.get(tag)?.raw ?? { sent: 0, failed: 0, error: 'not run' },
+      raw: results.get(tag)?.raw ?? { sent: 0, refused: 0, failed: 0, error: 'not run' },
       route: withCarrier(
         routes[i] ?? { type: 'error', dev: null, flags: [], detail: 'not looked up' },
         carrierless,

@@ -13,6 +13,8 @@ const probe = (key: string): LabProbe => {
 };
 const DENIED = probe('10.10.0.5 > 203.0.113.7 tcp/443 (tunnel down)');
 const ALLOWED = probe('10.10.0.5 > 203.0.113.7 tcp/443 (tunnel up)');
+// Class host-vpn: the host sends it itself (its resolver, from the tunnel's address).
+const HOST_DENIED = probe('10.200.0.2 > 203.0.113.53 udp/53 in fragments (tunnel down)');
 
 function packets(tag: string, src: string, n: number): ObservedPacket[] {
   return Array.from({ length: n }, () => ({
@@ -49,7 +51,7 @@ function phase(runs: ProbeRun[], extra: Partial<PhaseRun['spec']> = {}, delta = 
 
 const dropped: Pick<ProbeRun, 'client' | 'raw'> = {
   client: { outcome: 'timeout', node: null, seen: null, error: null, ms: 700 },
-  raw: { sent: 10, failed: 0, error: null },
+  raw: { sent: 10, refused: 0, failed: 0, error: null },
 };
 
 describe('judgePhase', () => {
@@ -88,7 +90,7 @@ describe('judgePhase', () => {
               error: null,
               ms: 2,
             },
-            raw: { sent: 10, failed: 0, error: null },
+            raw: { sent: 10, refused: 0, failed: 0, error: null },
             route: { type: 'unicast', dev: 'eth0', flags: [], detail: '' },
           },
         ],
@@ -124,7 +126,7 @@ describe('judgePhase', () => {
               error: null,
               ms: 1,
             },
-            raw: { sent: 10, failed: 0, error: null },
+            raw: { sent: 10, refused: 0, failed: 0, error: null },
             route: { type: 'unicast', dev: 'tun0', flags: [], detail: '' },
           },
         ],
@@ -171,7 +173,7 @@ describe('judgePhase', () => {
           tag: 'p0x0',
           node: 'wl-vwl0',
           client: { outcome: 'timeout', node: null, seen: null, error: null, ms: 700 },
-          raw: { sent: 0, failed: 10, error: 'Invalid argument (errno 22)' },
+          raw: { sent: 0, refused: 0, failed: 10, error: 'Invalid argument (errno 22)' },
           route: { type: 'blackhole', dev: null, flags: [], detail: '' },
         },
       ]),
@@ -181,6 +183,55 @@ describe('judgePhase', () => {
     );
     expect(j).toMatchObject({ passed: false, outcome: 'unmeasured', failingLayers: [] });
     expect(j?.unmeasured).toBe('packets: no raw packet could be sent: Invalid argument (errno 22)');
+  });
+
+  it("passes a host class's denied probe whose every send the host refused (its blackhole)", () => {
+    const [j] = judgePhase(
+      phase([
+        {
+          probe: HOST_DENIED,
+          tag: 'p0x0',
+          node: plan.host,
+          client: {
+            outcome: 'unreachable',
+            node: null,
+            seen: null,
+            error: 'Invalid argument (errno 22)',
+            ms: 1,
+          },
+          raw: { sent: 0, refused: 10, failed: 0, error: 'Invalid argument (errno 22)' },
+          route: { type: 'blackhole', dev: null, flags: [], detail: '' },
+        },
+      ]),
+      sides(),
+      plan,
+      'nftables',
+    );
+    expect(j?.oracles.find((o) => o.oracle === 'packets')).toMatchObject({
+      verdict: 'deny',
+      agrees: true,
+      detail: 'the host refused all 10 sends (Invalid argument (errno 22)): none left it',
+    });
+    expect(j).toMatchObject({ outcome: 'passed', unmeasured: null, actedLayers: ['routing'] });
+  });
+
+  it('still calls a workload whose own sends were refused unmeasured: that is the lab, not the host', () => {
+    const [j] = judgePhase(
+      phase([
+        {
+          probe: DENIED,
+          tag: 'p0x0',
+          node: 'wl-vwl0',
+          client: { outcome: 'timeout', node: null, seen: null, error: null, ms: 700 },
+          raw: { sent: 0, refused: 10, failed: 0, error: 'Invalid argument (errno 22)' },
+          route: { type: 'blackhole', dev: null, flags: [], detail: '' },
+        },
+      ]),
+      sides(),
+      plan,
+      'nftables',
+    );
+    expect(j).toMatchObject({ outcome: 'unmeasured', failingLayers: [] });
   });
 
   it('calls an allowed probe whose client was reset unmeasured when the packets arrived', () => {
@@ -198,7 +249,7 @@ describe('judgePhase', () => {
               error: 'Connection reset by peer (errno 104)',
               ms: 3,
             },
-            raw: { sent: 10, failed: 0, error: null },
+            raw: { sent: 10, refused: 0, failed: 0, error: null },
             route: { type: 'unicast', dev: 'tun0', flags: [], detail: '' },
           },
         ],
@@ -227,7 +278,7 @@ describe('judgePhase', () => {
             error: null,
             ms: 2,
           },
-          raw: { sent: 0, failed: 10, error: 'Invalid argument (errno 22)' },
+          raw: { sent: 0, refused: 0, failed: 10, error: 'Invalid argument (errno 22)' },
           route: { type: 'unicast', dev: 'eth0', flags: [], detail: '' },
         },
       ]),

@@ -158,7 +158,21 @@ function judgeProbe(input: {
   let lost = 0;
   let o2: OracleVerdict;
   const seenAnywhere = counts.reduce((sum, c) => sum + c.raw, 0);
-  if (run.raw.sent === 0) {
+  if (
+    run.raw.sent === 0 &&
+    run.raw.failed === 0 &&
+    run.raw.refused > 0 &&
+    probe.ingress === undefined
+  ) {
+    // A host class's packet is sent by the host itself: its own stack refusing every send (our
+    // output drop, the kill switch's blackhole) is the drop, measured where it happens.
+    o2 = {
+      oracle: 'packets',
+      verdict: 'deny',
+      agrees: expect.verdict === 'deny',
+      detail: `the host refused all ${run.raw.refused} sends (${run.raw.error ?? 'no error given'}): none left it`,
+    };
+  } else if (run.raw.sent === 0) {
     o2 = {
       oracle: 'packets',
       verdict: 'unknown',

@@ -374,7 +374,8 @@ function judgeStreams(
       .reduce((sum, b) => sum + b.count, 0);
     const untrusted = sides.filter((s) => !s.trusted);
     const leaked = expect === 'deny' ? byNode.reduce((sum, b) => sum + b.count, 0) : elsewhere;
-    const lost = expect === 'allow' ? r.sent - arrived : 0;
+    // A send the node's own stack refused never left it: nothing leaked, and lost if allowed.
+    const lost = expect === 'allow' ? r.sent + r.refused - arrived : 0;
     // A leak seen is a leak, and a loss the target side counted is a loss, whatever another side
     // could not count; anything short of that from a side that lost packets, or from a stream
     // that could not send, is not a measurement.
@@ -382,7 +383,7 @@ function judgeStreams(
     const unmeasured =
       leaked > 0 || (lost > 0 && targetTrusted && r.failed === 0)
         ? null
-        : r.sent === 0 || r.failed > 0
+        : r.sent + r.refused === 0 || r.failed > 0
           ? `the stream could not send: ${r.failed} of ${r.sent + r.failed} failed${r.error === null ? '' : ` (${r.error})`}`
           : untrusted.length > 0
             ? `cannot count beyond ${untrusted.map((s) => `${s.side.role} (${s.side.node}): ${s.error ?? 'not armed'}`).join('; ')}`

@@ -20,6 +20,8 @@ export interface StreamResult {
   readonly results: readonly {
     readonly tag: string;
     readonly sent: number;
+    /** Sends the node's own stack refused (RawSend's refused): packets that never left it. */
+    readonly refused: number;
     readonly failed: number;
     readonly error: string | null;
   }[];

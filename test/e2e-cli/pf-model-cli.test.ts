@@ -69,7 +69,7 @@ describe('the CLI on a modelled Mac (pfctl model)', () => {
     expect(plan.json).toMatchObject({
       backend: 'pf',
       changes: [
-        '+ pf anchor "com.apple/250.egressguard" (5 tables, 1 nat, 36 filter rules)',
+        '+ pf anchor "com.apple/250.egressguard" (5 tables, 1 nat, 65 filter rules)',
         '+ pf enable reference of our own (pfctl -E)',
       ],
       problems: [],

@@ -122,7 +122,9 @@ describe('doctor on a modelled Mac (pfctl and macOS tool models)', () => {
     const old = 'anchor "com.apple/250.egressguard"\nload anchor "vm" from "/etc/pf.anchors/vm"\n';
     const { exitCode, report } = await doctor('legacy', {
       variant: 'legacy',
-      pfConf: `${legacy}${old}# BEGIN egressguard\n# END egressguard\n# BEGIN egressguard\n${old}# END egressguard\n`,
+      // One marked block per kind of line is how a stanza is kept; two blocks holding the same
+      // lines are a duplicate.
+      pfConf: `${legacy}${old}# BEGIN egressguard\n${old}# END egressguard\n# BEGIN egressguard\n${old}# END egressguard\n`,
       sibling: 'pass in quick on bridge100 all\n',
     });
     expect(exitCode).toBe(1);
@@ -139,7 +141,7 @@ describe('doctor on a modelled Mac (pfctl and macOS tool models)', () => {
       'anchor "com.apple/100.other" sorts before "com.apple/250.egressguard", is evaluated first, and passes quick: pass in quick on bridge100 all flags S/SA keep state',
     );
     expect(byCode.get('pf-conf-duplicate-load')?.message).toMatch(
-      /loads anchor "vm" 2 times \(lines \d+, \d+\): pfctl fails with "Resource busy"/,
+      /loads anchor "vm" 3 times \(lines \d+, \d+, \d+\): pfctl fails with "Resource busy"/,
     );
   }, 300_000);
 });

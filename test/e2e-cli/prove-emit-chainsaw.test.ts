@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, relative } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,7 +47,7 @@ describe('prove --emit chainsaw', () => {
   it('writes a test per requirement with pod probes, and says which requirement stays with the lab', () => {
     expect(emitted.stderr).toBe('');
     expect(emitted.exitCode).toBe(0);
-    expect(emitted.stdout).toContain(`wrote the chainsaw suite (8 files) to ${dir}`);
+    expect(emitted.stdout).toContain(`wrote the chainsaw suite (9 files) to ${dir}`);
     expect(emitted.stdout).toContain('note: R-NET-09 has no pod probe');
     expect(
       filesUnder(dir)
@@ -56,6 +56,8 @@ describe('prove --emit chainsaw', () => {
     ).toEqual([
       'README.md',
       'r-net-06-l3-safety-critical/chainsaw-test.yaml',
+      // A pod of no class that shows the far side of the UDP probe echoes.
+      'r-net-06-l3-safety-critical/control.yaml',
       'r-net-06-l3-safety-critical/probe-vpn.yaml',
       'r-net-07-l3/chainsaw-test.yaml',
       'r-net-07-l3/probe-vpn.yaml',
@@ -82,29 +84,42 @@ describe('prove --emit chainsaw', () => {
     expect(result.status).toBe(0);
   });
 
-  it('guards every fault step with a step-level finally of scripts that restart the tunnel and re-apply the policy', () => {
-    let faults = 0;
+  it('guards every fault step with a step-level finally of scripts that restart the tunnel and the resident and re-apply the policy', () => {
+    const faults: string[] = [];
     for (const file of filesUnder(dir).filter((f) => f.endsWith('chainsaw-test.yaml'))) {
       const test = parse(readFileSync(file, 'utf8')) as TestDoc;
       for (const step of test.spec.steps) {
-        const isFault = step.try.some((op) => op.script?.content.includes('tunnel-stop') === true);
-        if (!isFault) continue;
-        faults++;
+        // A fault is a Job that stops a unit on the gateway node (the tunnel, or the resident).
+        const stops = step.try.flatMap(
+          (op) => /egressguard\.dev\/fault: (\S+-stop)/.exec(op.script?.content ?? '')?.[1] ?? [],
+        );
+        if (stops.length === 0) continue;
+        faults.push(`${test.metadata.name}: ${stops.join('+')}`);
+        // The fault starts the step: nothing of it runs before its finally is registered.
+        expect(step.try[0]?.script?.content).toMatch(/egressguard\.dev\/fault: \S+-stop/);
         const restore = (step.finally ?? []).map((op) => op.script?.content ?? '');
         expect(restore.length, `${file}: ${step.name}`).toBeGreaterThan(0);
         expect(step.finally?.every((op) => op.script !== undefined && op.apply === undefined)).toBe(
           true,
         );
-        expect(restore.some((c) => c.includes('tunnel-start'))).toBe(true);
+        expect(restore.some((c) => c.includes('egressguard.dev/fault: tunnel-start'))).toBe(true);
+        expect(restore.some((c) => c.includes('egressguard.dev/fault: resident-start'))).toBe(true);
         expect(restore.some((c) => c.includes('kubectl annotate ciliumegressgatewaypolicy'))).toBe(
           true,
         );
         expect(restore.join('\n')).toContain('egressguard-k3s-vpn-egress-vpn');
-        expect(step.try[0]?.script?.content).toContain('tunnel-stop');
       }
     }
-    // R-NET-06 and R-NET-07 both probe with the tunnel down.
-    expect(faults).toBe(2);
+    // R-NET-06 and R-NET-07 both probe with the tunnel down, each layer alone and all together:
+    // the label alone (the resident stopped), the routing alone (the resident and the tunnel
+    // stopped, the label put back by hand), the field's fault (the tunnel stopped).
+    expect(faults).toEqual(
+      ['r-net-06-l3-safety-critical', 'r-net-07-l3'].flatMap((t) => [
+        `${t}: resident-stop`,
+        `${t}: resident-stop+tunnel-stop`,
+        `${t}: tunnel-stop`,
+      ]),
+    );
   });
 
   it('contains no =~ and no flow-style collection', () => {
@@ -130,7 +145,24 @@ describe('prove --emit chainsaw', () => {
   it('refuses without --echo-url, and an unknown format, with exit code 2 and nothing written', async () => {
     const out = mkdtempSync(join(tmpdir(), 'emit-chainsaw-refused-'));
     try {
-      const missing = await runCli(['prove', POLICY, '--emit', 'chainsaw', out]);
+      // Facts without a tunnel exit: no echo service to default to.
+      const facts = JSON.parse(
+        readFileSync(join(REPO, 'testdata/policies/valid/k3s-vpn-egress/facts.json'), 'utf8'),
+      ) as { cluster: Record<string, unknown> };
+      Reflect.deleteProperty(facts.cluster, 'tunnelExits');
+      const factsDir = mkdtempSync(join(tmpdir(), 'emit-chainsaw-facts-'));
+      const factsFile = join(factsDir, 'facts.json');
+      writeFileSync(factsFile, JSON.stringify(facts));
+      const missing = await runCli([
+        'prove',
+        POLICY,
+        '--emit',
+        'chainsaw',
+        out,
+        '--facts',
+        factsFile,
+      ]);
+      rmSync(factsDir, { recursive: true, force: true });
       expect(missing.exitCode).toBe(2);
       expect(missing.stderr).toContain('error: Cannot write the chainsaw suite without --echo-url');
       const unknown = await runCli(['prove', POLICY, '--emit', 'kuttl', out, '--echo-url', ECHO]);

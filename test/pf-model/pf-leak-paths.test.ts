@@ -1,8 +1,10 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { readStatus } from '../../src/apply/index.js';
+import { readStatus, revertUnconfirmed } from '../../src/apply/index.js';
 import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
+import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
 import type { PfForwarding } from '../../src/backends/pf/pf-evaluator.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
 import { MACOS_TOOLS_ENV, readHostFacts, type HostFacts } from '../../src/facts/index.js';
@@ -29,8 +31,10 @@ import {
 
 // Issue 20: the leak paths of the pf backend, each against the pfctl MODEL of a stock macOS host
 // through the real apply layer, and each checked against `explain` (the IR evaluator) on the
-// host as it is when the packet comes. Every test here failed on the backend before the fix
-// (see the report of issue 20 for the run against main's compiler and applier).
+// host as it is when the packet comes. Every test here fails with the backend before the fix
+// (its compiler, applier, inspector and stanza writer run against these models): the read-back
+// of an anchor naming `self` never converges on a host whose interfaces hold several addresses,
+// and without the state kills the flows below pass by their states.
 const RUNNER = requirePolicy(join(RUNNER_CASE, 'policy.yaml')).policy;
 const VPN_CASE = join('testdata', 'policies', 'valid', 'macos-vpn-runner');
 const VPN_FACTS: HostFacts = readHostFacts(join(VPN_CASE, 'facts.json'));
@@ -60,6 +64,14 @@ function withInterface(facts: HostFacts, name: string, addresses: string[]): Hos
     ...facts,
     interfaces: facts.interfaces.map((i) => (i.name === name ? { ...i, addresses } : i)),
   };
+}
+
+/** The example policy with the cache's port 4001 open too, written beside the host's state. */
+function openCachePort(h: PfModelHost): string {
+  const path = join(h.dir, 'cache-4001.yaml');
+  const text = readFileSync(join(RUNNER_CASE, 'policy.yaml'), 'utf8');
+  writeFileSync(path, text.replace('ports: [4000]', 'ports: [4000, 4001]'));
+  return path;
 }
 
 /** What `explain` says of a packet on the host as these facts describe it. */
@@ -163,7 +175,7 @@ describe('issue 20, item 1: `self` followed as interfaces are renumbered', () =>
   });
 });
 
-describe('issue 20, item 2: states do not outlive a lockdown or a tunnel re-bind', () => {
+describe('issue 20, items 2 and 8: states do not outlive a lockdown, a revert or a tunnel re-bind', () => {
   it('the lockdown kills the states of the class: an established flow stops, as the lockdown says', async () => {
     const h = host();
     const prepared = h.prepare();
@@ -182,6 +194,73 @@ describe('issue 20, item 2: states do not outlive a lockdown or a tunnel re-bind
       'block',
       'rule',
       'egressguard-lockdown',
+    ]);
+  });
+
+  it('a revert kills the states the reverted generation let through: the flow stops, as explain says of the policy restored', async () => {
+    const h = host();
+    const context = hostContext(h.target, pfBackend);
+    const first = await applyPrepared(h.target, h.prepare());
+    // The next generation opens the cache's port 4001 too, and is never confirmed.
+    const opened = openCachePort(h);
+    const second = await applyPrepared(h.target, h.prepare(opened), {
+      confirm: {
+        seconds: 30,
+        revertCommand: (n) => ['egressguard', 'restore', '--unconfirmed', String(n)],
+      },
+    });
+    const args = { from: '192.168.64.5', to: '10.42.0.10', proto: 'tcp', port: '4001' };
+    const underSecond = explain(requirePolicy(opened).policy, FACTS, args);
+    expect([underSecond.verdict, underSecond.decidedBy.id]).toEqual(['allow', 'allow-cache']);
+    const syn = forward(h, '10.42.0.10', { port: 4001 });
+    expect([syn.verdict, syn.inbound.label]).toEqual(['pass', 'allow-cache']);
+    expect(forward(h, '10.42.0.10', { port: 4001, flags: 'A' }).inbound.decidedBy).toBe('state');
+
+    // The confirm timer fires: the first generation is loaded again.
+    const timer = second.pending?.timer;
+    if (timer?.kind !== 'backend') throw new Error('no LaunchDaemon timer was scheduled');
+    const argv = new LaunchctlModel(h.macos.launchd).fire(timer.id);
+    const outcome = await revertUnconfirmed({ ...context, generation: Number(argv?.[3]) });
+    expect(outcome).toMatchObject({ kind: 'reverted', restored: first.generation.number });
+
+    // The established flow's next segment meets the restored rules, not its old state.
+    const reference = explain(RUNNER, FACTS, args);
+    expect([reference.verdict, reference.decidedBy.id]).toEqual(['deny', 'deny-private']);
+    const next = forward(h, '10.42.0.10', { port: 4001, flags: 'A' });
+    expect([next.verdict, next.inbound.decidedBy, next.inbound.label]).toEqual([
+      'block',
+      'rule',
+      reference.decidedBy.id,
+    ]);
+  });
+
+  it('a failed apply kills what the anchor it put back passed meanwhile: the flow stops, as explain says', async () => {
+    const h = host();
+    await applyPrepared(h.target, h.prepare());
+    const opened = openCachePort(h);
+    // A VM opens a flow the new anchor allows, then a step after the load fails: the applier
+    // loads the previous anchor again.
+    const hit = h.faults.hit.bind(h.faults);
+    const syns: PfForwarding[] = [];
+    h.faults.hit = async (point: string) => {
+      if (point === 'after-pf-reference') {
+        syns.push(forward(h, '10.42.0.10', { port: 4001 }));
+        throw new Error('injected after the load');
+      }
+      await hit(point);
+    };
+    await expect(applyPrepared(h.target, h.prepare(opened))).rejects.toThrow(
+      /the previous anchor was loaded again/,
+    );
+    expect(syns.map((s) => [s.verdict, s.inbound.label])).toEqual([['pass', 'allow-cache']]);
+    const args = { from: '192.168.64.5', to: '10.42.0.10', proto: 'tcp', port: '4001' };
+    const reference = explain(RUNNER, FACTS, args);
+    expect([reference.verdict, reference.decidedBy.id]).toEqual(['deny', 'deny-private']);
+    const next = forward(h, '10.42.0.10', { port: 4001, flags: 'A' });
+    expect([next.verdict, next.inbound.decidedBy, next.inbound.label]).toEqual([
+      'block',
+      'rule',
+      reference.decidedBy.id,
     ]);
   });
 

@@ -11,6 +11,7 @@ import {
   type Verb,
 } from './kube-api-model.js';
 import type { JsonValue } from './json-patch.js';
+import { testCiliumEndpoint as endpoint, testPod as pod } from './test-pods.js';
 
 // doctor --k8s through the front door: the cluster support reads kube-system/cilium-config and
 // the cilium DaemonSet from the MODEL of the API server (kube-api-model.ts) with
@@ -70,6 +71,14 @@ const COMPILED = parseAllDocuments(
   .filter((m) => m.kind === 'CiliumEgressGatewayPolicy');
 const GATEWAY = { name: 'k3s-gw-1', labels: { 'egressguard.dev/gateway-vpn': 'up' } };
 
+const VPN = { 'egress-class': 'vpn' };
+// A running pod of the class, held by the gate when it started and steerable; a pod of no class.
+const GOOD_PODS = [pod('vpn-1', VPN), pod('web-1', { app: 'web' }, { gate: false })];
+const GOOD_ENDPOINTS = [
+  endpoint('vpn-1'),
+  endpoint('web-1', { labels: ['k8s:app=web', 'k8s:io.kubernetes.pod.namespace=apps'] }),
+];
+
 const GOOD_CONFIG = {
   'enable-ipv4-egress-gateway': 'true',
   'enable-bpf-masquerade': 'true',
@@ -86,12 +95,16 @@ async function diagnoseWith(options: {
   rules?: AccessRule[];
   policies?: JsonValue[];
   ciliumNodes?: { name: string; labels: Record<string, string> }[];
+  pods?: JsonValue[];
+  endpoints?: JsonValue[];
 }) {
   const model = await startKubeApiModel({
     users: [{ name: 'doctor', token: 'doctor-token', rules: options.rules ?? doctorRules() }],
     nodes: [GATEWAY, { name: 'k3s-worker-1' }],
     egressGatewayPolicies: options.policies ?? COMPILED,
     ...(options.ciliumNodes === undefined ? {} : { ciliumNodes: options.ciliumNodes }),
+    pods: options.pods ?? GOOD_PODS,
+    ciliumEndpoints: options.endpoints ?? GOOD_ENDPOINTS,
     configMaps:
       options.config === undefined
         ? []
@@ -139,9 +152,15 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
       'get /api/v1/namespaces/kube-system/configmaps/cilium-config 200',
       'get /apis/apps/v1/namespaces/kube-system/daemonsets/cilium 200',
       'list /api/v1/nodes 200',
+      'list /api/v1/pods 200',
       'list /apis/cilium.io/v2/ciliumegressgatewaypolicies 200',
+      'list /apis/cilium.io/v2/ciliumendpoints 200',
       'list /apis/cilium.io/v2/ciliumnodes 200',
     ]);
+    // The pods are listed by the steering policy's pod labels, not all of them.
+    expect(requests.find((r) => r.path === '/api/v1/pods')?.query).toEqual({
+      labelSelector: 'egress-class=vpn',
+    });
   });
 
   it('names every requirement that does not hold, with what it saw', async () => {
@@ -247,6 +266,37 @@ describe('doctor --k8s (cluster support, against the API model)', () => {
     expect(report.findings.find((f) => f.code === 'egress-policy-refused')?.message).toContain(
       'both interface and egressIP',
     );
+  });
+
+  it('finds running pods of the class that Cilium cannot steer, each with why', async () => {
+    const cases: [string, JsonValue[], JsonValue[]][] = [
+      ['class-pods-no-cilium-endpoint', [pod('vpn-1', VPN)], []],
+      ['class-pods-host-network', [pod('vpn-1', VPN, { hostNetwork: true })], []],
+      ['class-pods-no-identity', [pod('vpn-1', VPN)], [endpoint('vpn-1', { labels: null })]],
+      ['class-pods-no-address', [pod('vpn-1', VPN)], [endpoint('vpn-1', { address: false })]],
+      // Cilium's label filter kept the namespace but not the class label.
+      [
+        'class-pods-identity-lacks-class-labels',
+        [pod('vpn-1', VPN)],
+        [endpoint('vpn-1', { labels: ['k8s:io.kubernetes.pod.namespace=apps'] })],
+      ],
+      ['class-pods-no-tunnel-gate', [pod('vpn-1', VPN, { gate: false })], [endpoint('vpn-1')]],
+    ];
+    for (const [code, pods, endpoints] of cases) {
+      const { report } = await diagnoseWith({ config: GOOD_CONFIG, pods, endpoints });
+      expect(codes(report), code).toEqual([code]);
+      const found = report.findings.find((f) => f.code === code);
+      expect(found?.message).toContain('apps/vpn-1 on k3s-worker-1');
+      expect(found?.message).toContain('"egressguard-k3s-vpn-egress-vpn"');
+      expect(found?.severity).toBe(code === 'class-pods-no-tunnel-gate' ? 'warning' : 'error');
+    }
+    // A pod still in Init is held by its gate: nothing to report until its workload runs.
+    const held = await diagnoseWith({
+      config: GOOD_CONFIG,
+      pods: [pod('vpn-1', VPN, { phase: 'Pending' })],
+      endpoints: [],
+    });
+    expect(codes(held.report)).toEqual([]);
   });
 
   it('prints the checklist without credentials, reading nothing', async () => {

@@ -1,6 +1,12 @@
 import type { DoctorFinding, DoctorReport, DoctorSeverity } from '../backend.js';
 import { ROLE_LABEL } from './cilium-compiler.js';
-import type { EgressGatewayPolicyObject, NamedLabels } from './kube-client.js';
+import type {
+  CiliumEndpointObject,
+  EgressGatewayPolicyObject,
+  NamedLabels,
+  PodObject,
+} from './kube-client.js';
+import { findUnsteeredPods, type UnsteeredReason } from './unsteered-pods.js';
 import {
   SUPPORTED_CILIUM_VERSIONS,
   formatCiliumVersion,
@@ -25,6 +31,9 @@ export interface ClusterSnapshot {
   readonly nodes?: Readable<readonly NamedLabels[]>;
   readonly ciliumNodes?: Readable<readonly NamedLabels[]>;
   readonly egressPolicies?: Readable<readonly EgressGatewayPolicyObject[]>;
+  /** The pods egressguard's steering policies select, and every CiliumEndpoint (absent: not read). */
+  readonly pods?: Readable<readonly PodObject[]>;
+  readonly endpoints?: Readable<readonly CiliumEndpointObject[]>;
 }
 
 type Readable<T> = { readonly data: T } | { readonly error: string };
@@ -289,11 +298,9 @@ function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
     policies !== undefined &&
     'data' in policies
   ) {
-    const ours = policies.data.filter(
-      (p) => p.labels['app.kubernetes.io/managed-by'] === 'egressguard',
-    );
+    const mine = ours(policies.data);
     const classes = new Map<string, EgressGatewayPolicyObject[]>();
-    for (const p of ours) {
+    for (const p of mine) {
       const key = `${p.labels['egressguard.dev/policy'] ?? '?'}/${p.labels['egressguard.dev/class'] ?? '?'}`;
       classes.set(key, [...(classes.get(key) ?? []), p]);
     }
@@ -312,7 +319,7 @@ function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
         }
       }
     }
-    for (const p of ours) {
+    for (const p of mine) {
       if (p.refused !== undefined) {
         findings.push(
           finding(
@@ -327,7 +334,7 @@ function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
     }
     const config = 'data' in snapshot.config ? snapshot.config.data : undefined;
     const interfaces = [
-      ...new Set(ours.flatMap((p) => (p.interface === undefined ? [] : [p.interface]))),
+      ...new Set(mine.flatMap((p) => (p.interface === undefined ? [] : [p.interface]))),
     ];
     const devicesText = config?.['devices'];
     if (config !== undefined && interfaces.length > 0) {
@@ -359,6 +366,26 @@ function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
       }
     }
   }
+  if (
+    policies !== undefined &&
+    'data' in policies &&
+    !unreadable("the class's pods", snapshot.pods) &&
+    !unreadable('the CiliumEndpoints', snapshot.endpoints) &&
+    snapshot.pods !== undefined &&
+    'data' in snapshot.pods &&
+    snapshot.endpoints !== undefined &&
+    'data' in snapshot.endpoints
+  ) {
+    findings.push(
+      ...diagnosePods(
+        findUnsteeredPods({
+          steering: ours(policies.data).filter((p) => p.labels[ROLE_LABEL] === 'steering'),
+          pods: snapshot.pods.data,
+          endpoints: snapshot.endpoints.data,
+        }),
+      ),
+    );
+  }
   const nodes = snapshot.nodes;
   const ciliumNodes = snapshot.ciliumNodes;
   if (
@@ -388,6 +415,72 @@ function diagnoseEgressGateway(snapshot: ClusterSnapshot): DoctorFinding[] {
     }
   }
   return findings;
+}
+
+/** egressguard's own egress gateway policies. */
+export function ours(policies: readonly EgressGatewayPolicyObject[]): EgressGatewayPolicyObject[] {
+  return policies.filter((p) => p.labels['app.kubernetes.io/managed-by'] === 'egressguard');
+}
+
+/** Why each kind of pod has no egress gateway entry, and what to do. */
+const UNSTEERED: Readonly<
+  Record<UnsteeredReason, { severity: DoctorSeverity; why: string; hint: string }>
+> = {
+  'host-network': {
+    severity: 'error',
+    why: "use the host's network: their traffic is the node's, which no egress gateway policy steers",
+    hint: 'apply admission.yaml (it refuses such pods) and recreate them without hostNetwork',
+  },
+  'no-cilium-endpoint': {
+    severity: 'error',
+    why: 'have no CiliumEndpoint: Cilium does not manage them (the cilium agent on their node is not running, or they started before it), so the egress gateway has no entry for them and they leave unsteered by their node',
+    hint: 'check the cilium agent on their node (kubectl -n kube-system get pods -l k8s-app=cilium -o wide), then delete the pods so they start again under Cilium',
+  },
+  'no-identity': {
+    severity: 'error',
+    why: 'have a CiliumEndpoint without an identity: the egress gateway skips an endpoint until it has one, and they leave unsteered by their node',
+    hint: 'check the cilium agent and operator logs for identity allocation errors',
+  },
+  'no-address': {
+    severity: 'error',
+    why: 'have a CiliumEndpoint without an address: the egress gateway has nothing to program for them',
+    hint: 'check the cilium agent on their node',
+  },
+  'identity-lacks-class-labels': {
+    severity: 'error',
+    why: "have a Cilium identity without the class's labels: Cilium's label filter (its `labels` option) leaves them out, so the steering policy never selects the pods and they leave unsteered by their node",
+    hint: "let the class's label keys into the identity (Helm --set labels='k8s:<key> …', keeping the keys you use today), or choose class labels Cilium keeps; then restart the cilium agents",
+  },
+  'no-tunnel-gate': {
+    severity: 'warning',
+    why: 'run without the tunnel gate as their first init container: they were never held until Cilium steered them, and may have sent traffic unsteered when they started',
+    hint: 'apply admission.yaml, list the container of tunnel-gate.yaml first in their spec, and restart them',
+  },
+};
+
+/** One finding per kind of pod that has no egress gateway entry (or was never held by the gate). */
+function diagnosePods(
+  unsteered: readonly ReturnType<typeof findUnsteeredPods>[number][],
+): DoctorFinding[] {
+  return (Object.keys(UNSTEERED) as UnsteeredReason[]).flatMap((reason) => {
+    const pods = unsteered.filter((p) => p.reason === reason);
+    if (pods.length === 0) return [];
+    const { severity, why, hint } = UNSTEERED[reason];
+    const names = pods
+      .slice(0, 10)
+      .map((p) => `${p.namespace}/${p.name}${p.node === undefined ? '' : ` on ${p.node}`}`);
+    const more = pods.length > 10 ? ` and ${pods.length - 10} more` : '';
+    const policies = [...new Set(pods.map((p) => `"${p.policy}"`))].join(', ');
+    return [
+      finding(
+        severity,
+        'egress-gateway',
+        `class-pods-${reason}`,
+        `${pods.length} running pod(s) of the class steered by ${policies} ${why}: ${names.join(', ')}${more}`,
+        hint,
+      ),
+    ];
+  });
 }
 
 const HOST_ROUTING_NOTE = finding(

@@ -3,10 +3,11 @@ import { EgressguardError, isEgressguardError } from '../../core/index.js';
 import type { HostFacts } from '../../facts/index.js';
 import type { PolicyIR } from '../../ir/index.js';
 import type { ClusterDuty, ClusterSupport } from '../backend.js';
-import { clusterChecklist, diagnoseCluster } from './cluster-doctor.js';
+import { clusterChecklist, diagnoseCluster, ours } from './cluster-doctor.js';
 import type { TunnelExitProbe } from './gateway-connection.js';
-import { backstopPolicyName, egressGatewayPolicyName } from './cilium-compiler.js';
+import { backstopPolicyName, egressGatewayPolicyName, ROLE_LABEL } from './cilium-compiler.js';
 import { createKubeClient } from './kube-client.js';
+import { podListSelector } from './unsteered-pods.js';
 
 /**
  * What a gateway node keeps on the cluster: for each Kubernetes class with a kill switch, the
@@ -86,6 +87,33 @@ export const ciliumClusterSupport: ClusterSupport = {
       read(() => client.listCiliumNodeLabels()),
       read(() => client.listEgressGatewayPolicies()),
     ]);
-    return diagnoseCluster({ config, images, nodes, ciliumNodes, egressPolicies });
+    // The pods of egressguard's steering policies, and every CiliumEndpoint: whether Cilium can
+    // steer each running pod of a class.
+    const selectors =
+      'data' in egressPolicies
+        ? [
+            ...new Set(
+              ours(egressPolicies.data)
+                .filter((p) => p.labels[ROLE_LABEL] === 'steering')
+                .flatMap((p) => podListSelector(p) ?? []),
+            ),
+          ]
+        : [];
+    const [pods, endpoints] =
+      selectors.length === 0
+        ? [undefined, undefined]
+        : await Promise.all([
+            read(async () => (await Promise.all(selectors.map((s) => client.listPods(s)))).flat()),
+            read(() => client.listCiliumEndpoints()),
+          ]);
+    return diagnoseCluster({
+      config,
+      images,
+      nodes,
+      ciliumNodes,
+      egressPolicies,
+      ...(pods === undefined ? {} : { pods }),
+      ...(endpoints === undefined ? {} : { endpoints }),
+    });
   },
 };

@@ -6,8 +6,9 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ClusterConnection, ClusterDuty } from '../backend.js';
 import { createGatewayConnection } from './gateway-connection.js';
-import { startKubeApiModel, type KubeApiModel } from './kube-api-model.js';
+import { startKubeApiModel, type AccessRule, type KubeApiModel } from './kube-api-model.js';
 import { createKubeClient } from './kube-client.js';
+import { testCiliumEndpoint, testPod } from './test-pods.js';
 
 // The resident's end-to-end tunnel signal: a request to the echo service beyond the tunnel must
 // come back from the tunnel's exit. Here the echo service is a real HTTP server on loopback that
@@ -139,6 +140,85 @@ describe('the gateway connection: the policies a class relies on', () => {
     // Only accepted policies are re-applied.
     expect(model.requests.filter((r) => r.method === 'PATCH' && r.path.includes('cilium'))).toEqual(
       [],
+    );
+  });
+});
+
+describe("the gateway connection: the class's pods Cilium cannot steer", () => {
+  const VPN = { 'egress-class': 'vpn' };
+  const accepted = {
+    ...steering({ interface: 'tun0' }),
+    metadata: {
+      name: 'egressguard-k3s-vpn-egress-vpn',
+      labels: { 'app.kubernetes.io/managed-by': 'egressguard', 'egressguard.dev/role': 'steering' },
+    },
+  };
+
+  /** The resident against a cluster with these pods, granted `rules`; its metrics once counted. */
+  async function unsteered(rules: AccessRule[]): Promise<string> {
+    const cluster = await startKubeApiModel({
+      users: [{ name: 'gateway', token: 'gateway-token', rules }],
+      nodes: [{ name: 'gw-1' }],
+      egressGatewayPolicies: [accepted],
+      pods: [
+        testPod('held', VPN),
+        testPod('agentless', VPN),
+        testPod('filtered', VPN),
+        testPod('ungated', VPN, { gate: false }),
+        testPod('starting', VPN, { phase: 'Pending' }),
+        testPod('web', { app: 'web' }, { gate: false }),
+      ],
+      ciliumEndpoints: [
+        testCiliumEndpoint('held'),
+        testCiliumEndpoint('filtered', { labels: ['k8s:io.kubernetes.pod.namespace=apps'] }),
+        testCiliumEndpoint('ungated'),
+      ],
+      tls: { key: tls('server.key'), cert: tls('server.crt'), ca: tls('ca.crt') },
+    });
+    const file = join(dir, 'unsteered.kubeconfig');
+    writeFileSync(file, cluster.kubeconfig('gateway'));
+    const resident = createGatewayConnection({
+      client: createKubeClient({ kubeconfig: file }),
+      node: 'gw-1',
+    });
+    try {
+      // The pods are read beside the converge: converge until the gauge has been set.
+      for (;;) {
+        await resident.converge(DUTY, true);
+        const text = (await resident.metrics()).text;
+        if (text.includes('reason="unreadable"')) return text;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    } finally {
+      await resident.close();
+      await cluster.close();
+    }
+  }
+  const series = (reason: string, value: number) =>
+    `egressguard_class_pods_unsteered{node="gw-1",policy="egressguard-k3s-vpn-egress-vpn",reason="${reason}"} ${value}`;
+  const GATEWAY_RULES: AccessRule[] = [
+    { verbs: ['get', 'patch'], resource: 'nodes', resourceNames: ['gw-1'] },
+    { verbs: ['list', 'patch'], resource: 'ciliumegressgatewaypolicies' },
+  ];
+
+  it('counts them per reason, as doctor --k8s judges them', async () => {
+    const text = await unsteered([
+      ...GATEWAY_RULES,
+      { verbs: ['list'], resource: 'pods' },
+      { verbs: ['list'], resource: 'ciliumendpoints' },
+    ]);
+    expect(text).toContain(series('no-cilium-endpoint', 1));
+    expect(text).toContain(series('identity-lacks-class-labels', 1));
+    expect(text).toContain(series('no-tunnel-gate', 1));
+    expect(text).toContain(series('host-network', 0));
+    expect(text).toContain(series('unreadable', 0));
+  });
+
+  it('says so when it cannot read the pods, and still keeps the label', async () => {
+    const text = await unsteered(GATEWAY_RULES);
+    expect(text).toContain(series('unreadable', 1));
+    expect(text).toContain(
+      'egressguard_gateway_label_present{node="gw-1",gateway_label="egressguard.dev/gateway-vpn=up"} 1',
     );
   });
 });

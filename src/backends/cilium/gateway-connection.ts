@@ -4,7 +4,9 @@ import { Counter, Gauge, Registry } from 'prom-client';
 import type { ClusterChange, ClusterConnection, ClusterDuty } from '../backend.js';
 import { REAPPLIED_ANNOTATION } from './cilium-manifests.js';
 import { GATEWAY_METRICS } from './gateway-metrics.js';
+import { ROLE_LABEL } from './cilium-compiler.js';
 import type { EgressGatewayPolicyObject, KubeClient } from './kube-client.js';
+import { findUnsteeredPods, podListSelector, UNSTEERED_REASONS } from './unsteered-pods.js';
 
 /**
  * The gateway node's side of the egress gateway kill switch, on the cluster: the node carries a
@@ -104,6 +106,35 @@ export function createGatewayConnection(input: {
         found !== undefined && found.refused === undefined ? 1 : 0,
       );
     }
+    const steering = listed.filter(
+      (p) => duty.objects?.includes(p.name) === true && p.labels[ROLE_LABEL] === 'steering',
+    );
+    for (const policy of steering) auditPods(policy);
+  };
+  // The class's running pods that Cilium cannot steer (the doctor's judgement, unsteered-pods.ts),
+  // beside the converge like the exit probe: two lists must never hold the kill switch's path.
+  const podsUnsteered = new Gauge(configOf('podsUnsteered'));
+  const podAudits = new Set<string>();
+  const auditPods = (policy: EgressGatewayPolicyObject): void => {
+    const selector = podListSelector(policy);
+    if (selector === undefined || podAudits.has(policy.name)) return;
+    podAudits.add(policy.name);
+    void Promise.all([client.listPods(selector), client.listCiliumEndpoints()])
+      .then(
+        ([pods, endpoints]) => {
+          const found = countByReason(findUnsteeredPods({ steering: [policy], pods, endpoints }));
+          for (const reason of UNSTEERED_REASONS) {
+            podsUnsteered.set({ node, policy: policy.name, reason }, found.get(reason) ?? 0);
+          }
+          podsUnsteered.set({ node, policy: policy.name, reason: 'unreadable' }, 0);
+        },
+        () => {
+          podsUnsteered.set({ node, policy: policy.name, reason: 'unreadable' }, 1);
+        },
+      )
+      .finally(() => {
+        podAudits.delete(policy.name);
+      });
   };
   const reapply = async (duty: ClusterDuty): Promise<string[]> => {
     const label = duty.nodeLabel;
@@ -180,6 +211,12 @@ export function createGatewayConnection(input: {
       await Promise.resolve();
     },
   };
+}
+
+function countByReason(pods: readonly { readonly reason: string }[]): Map<string, number> {
+  const counts = new Map<string, number>();
+  for (const pod of pods) counts.set(pod.reason, (counts.get(pod.reason) ?? 0) + 1);
+  return counts;
 }
 
 /** Whether a policy's gateway nodeSelector names the label (by value, or by key in an expression). */

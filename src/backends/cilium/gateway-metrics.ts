@@ -54,4 +54,10 @@ export const GATEWAY_METRICS = {
     help: 'Per egress gateway policy the class relies on: 1 while it exists and Cilium accepts it, else 0',
     labels: ['node', 'policy'],
   },
+  podsUnsteered: {
+    name: 'egressguard_class_pods_unsteered',
+    type: 'gauge',
+    help: "Running pods of the class that Cilium's egress gateway cannot steer, per steering policy and reason (no-tunnel-gate: never held; unreadable: the pods could not be read)",
+    labels: ['node', 'policy', 'reason'],
+  },
 } as const;

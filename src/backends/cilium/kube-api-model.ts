@@ -32,7 +32,8 @@ import { matchesLabelSelector } from './label-selector.js';
  * kubernetes.io/docs/tasks/manage-kubernetes-objects/update-api-object-kubectl-patch/.
  *
  * Not modelled (answered with a clear error, never silently): watch, server-side apply, other
- * resources, namespaced objects, Node create/replace/delete, field selectors, pagination. Custom
+ * resources, writes to namespaced objects (doctor's ConfigMap, DaemonSet, Pods and
+ * CiliumEndpoints are read-only), Node create/replace/delete, field selectors, pagination. Custom
  * objects are stored as sent: the real server prunes them against the CRD schema, which
  * validateManifests checks before anything is sent.
  */
@@ -46,9 +47,13 @@ type StoredResource = 'nodes' | 'ciliumegressgatewaypolicies';
 
 /**
  * Objects the model only reads out (doctor --k8s): namespaced ConfigMaps and DaemonSets for `get`,
- * cluster-scoped CiliumNodes for `get` and `list`.
+ * cluster-scoped CiliumNodes for `get` and `list`, and Pods and CiliumEndpoints for a `list` over
+ * all namespaces (api-concepts, "Resource URIs": /api/v1/pods lists every namespace's).
  */
-type ReadOnlyResource = 'configmaps' | 'daemonsets' | 'ciliumnodes';
+type ReadOnlyResource = 'configmaps' | 'daemonsets' | 'ciliumnodes' | ListedResource;
+
+/** Namespaced objects served only as a list over all namespaces. */
+type ListedResource = 'pods' | 'ciliumendpoints';
 
 /** An RBAC-like grant: verbs on a resource, optionally only on named objects. */
 export interface AccessRule {
@@ -91,6 +96,9 @@ export interface KubeApiModelOptions {
     readonly name: string;
     readonly labels: Readonly<Record<string, string>>;
   }[];
+  /** Pods and CiliumEndpoints served read-only (a list over all namespaces), as given. */
+  readonly pods?: readonly JsonValue[];
+  readonly ciliumEndpoints?: readonly JsonValue[];
   /** DaemonSets served read-only (get), with one container per image. */
   readonly daemonSets?: readonly {
     readonly namespace: string;
@@ -173,17 +181,19 @@ function qualified(resource: ModelResource): string {
   switch (resource) {
     case 'nodes':
     case 'configmaps':
+    case 'pods':
       return resource;
     case 'daemonsets':
       return 'daemonsets.apps';
     case CEGP_PLURAL:
     case 'ciliumnodes':
+    case 'ciliumendpoints':
       return `${resource}.${CILIUM_GROUP}`;
   }
 }
 
 function groupOf(resource: ModelResource): string {
-  return resource === CEGP_PLURAL || resource === 'ciliumnodes'
+  return resource === CEGP_PLURAL || resource === 'ciliumnodes' || resource === 'ciliumendpoints'
     ? CILIUM_GROUP
     : resource === 'daemonsets'
       ? 'apps'
@@ -342,6 +352,10 @@ function route(path: string): Route | undefined {
   if (cegp !== null) return { resource: CEGP_PLURAL, name: cegp[1] };
   const ciliumNode = new RegExp(`^/apis/${CILIUM_GROUP}/v2/ciliumnodes(?:/([^/]+))?/?$`).exec(path);
   if (ciliumNode !== null) return { resource: 'ciliumnodes', name: ciliumNode[1] };
+  if (/^\/api\/v1\/pods\/?$/.test(path)) return { resource: 'pods', name: undefined };
+  if (new RegExp(`^/apis/${CILIUM_GROUP}/v2/ciliumendpoints/?$`).test(path)) {
+    return { resource: 'ciliumendpoints', name: undefined };
+  }
   // api-concepts, "Resource URIs": /api/v1/namespaces/{ns}/{resource}/{name} for core, and
   // /apis/{group}/{version}/namespaces/{ns}/{resource}/{name} for groups.
   const namespaced =
@@ -443,17 +457,40 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
       spec: {},
     });
   }
-  const serveReadOnly = (verb: Verb, target: Route): { code: number; body: JsonValue } => {
-    if (verb === 'list' && target.resource === 'ciliumnodes') {
+  const listed: Record<ListedResource, readonly JsonValue[] | undefined> = {
+    pods: options.pods,
+    ciliumendpoints: options.ciliumEndpoints,
+  };
+  for (const [resource, objects] of Object.entries(listed)) {
+    for (const object of objects ?? []) {
+      const namespace = metadataOf(object)['namespace'];
+      if (typeof namespace !== 'string') throw new Error(`Seed ${resource} need a namespace`);
+      readOnly.set(`${resource} ${namespace}/${nameOf(object)}`, object);
+    }
+  }
+  const serveReadOnly = (
+    verb: Verb,
+    target: Route,
+    url: URL,
+  ): { code: number; body: JsonValue } => {
+    const { resource } = target;
+    if (
+      verb === 'list' &&
+      (resource === 'ciliumnodes' || resource === 'pods' || resource === 'ciliumendpoints')
+    ) {
+      const selectorText = url.searchParams.get('labelSelector');
+      const selector = selectorText === null ? {} : parseLabelSelector(selectorText);
+      const kinds = { ciliumnodes: 'CiliumNode', pods: 'Pod', ciliumendpoints: 'CiliumEndpoint' };
       return {
         code: 200,
         body: {
-          apiVersion: `${CILIUM_GROUP}/v2`,
-          kind: 'CiliumNodeList',
+          apiVersion: resource === 'pods' ? 'v1' : `${CILIUM_GROUP}/v2`,
+          kind: `${kinds[resource]}List`,
           metadata: { resourceVersion: String(revision) },
           items: [...readOnly.entries()]
-            .filter(([key]) => key.startsWith('ciliumnodes '))
-            .map(([, object]) => object),
+            .filter(([key]) => key.startsWith(`${resource} `))
+            .map(([, object]) => object)
+            .filter((object) => matchesLabelSelector(selector, labelsOf(object))),
         },
       };
     }
@@ -615,12 +652,8 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
         failures.count--;
         throw new ApiError(failures.code, failures.reason, `injected failure (${failures.reason})`);
       }
-      if (
-        target.resource === 'configmaps' ||
-        target.resource === 'daemonsets' ||
-        target.resource === 'ciliumnodes'
-      ) {
-        return { ...context, ...serveReadOnly(verb, target) };
+      if (target.resource !== 'nodes' && target.resource !== CEGP_PLURAL) {
+        return { ...context, ...serveReadOnly(verb, target, url) };
       }
       const dryRun = url.searchParams.get('dryRun') === 'All';
       return { ...context, ...serve({ verb, target, url, received, dryRun, contentType }) };

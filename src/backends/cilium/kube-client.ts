@@ -3,6 +3,7 @@ import { Agent as HttpsAgent } from 'node:https';
 import { createRequire } from 'node:module';
 import type * as K8s from '@kubernetes/client-node';
 import { EgressguardError } from '../../core/index.js';
+import type { LabelSelector } from './cilium-manifests.js';
 
 /**
  * The few Kubernetes API calls egressguard makes, through @kubernetes/client-node: read and
@@ -31,6 +32,36 @@ export interface KubeClient {
   listNodeLabels(): Promise<readonly NamedLabels[]>;
   /** Every CiliumNode's labels: what Cilium's egress gateway selects gateways by (doctor). */
   listCiliumNodeLabels(): Promise<readonly NamedLabels[]>;
+  /** The pods of every namespace that a label selector (`key=value,…`) selects (doctor). */
+  listPods(labelSelector: string): Promise<readonly PodObject[]>;
+  /** Every CiliumEndpoint: what Cilium's egress gateway programs pods from (doctor). */
+  listCiliumEndpoints(): Promise<readonly CiliumEndpointObject[]>;
+}
+
+/** What doctor reads of a Pod. */
+export interface PodObject {
+  readonly namespace: string;
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  /** status.phase: Pending (its init containers included), Running, Succeeded, Failed. */
+  readonly phase: string;
+  readonly node: string | undefined;
+  readonly hostNetwork: boolean;
+  /** The name of its first init container, if any. */
+  readonly firstInitContainer: string | undefined;
+}
+
+/**
+ * What doctor reads of a CiliumEndpoint's status: what Cilium's egress gateway programs a pod from
+ * (pkg/egressgateway manager.go addEndpoint, endpoint.go getEndpointMetadata).
+ */
+export interface CiliumEndpointObject {
+  readonly namespace: string;
+  readonly name: string;
+  /** status.identity: its id and labels ("k8s:egress-class=vpn"); undefined when not yet set. */
+  readonly identity: { readonly id: number; readonly labels: readonly string[] } | undefined;
+  /** The addresses of status.networking.addressing (IPv4 and IPv6). */
+  readonly addresses: readonly string[];
 }
 
 export interface NamedLabels {
@@ -46,6 +77,11 @@ export interface EgressGatewayPolicyObject {
   readonly labels: Readonly<Record<string, string>>;
   /** egressGateway.interface, when set. */
   readonly interface: string | undefined;
+  /** spec.selectors: which pods it steers. */
+  readonly selectors: readonly {
+    readonly podSelector?: LabelSelector;
+    readonly namespaceSelector?: LabelSelector;
+  }[];
   readonly nodeSelector: {
     readonly matchLabels: Readonly<Record<string, string>>;
     readonly matchExpressions: readonly { readonly key: string }[];
@@ -57,6 +93,9 @@ export const KUBE_CALLS = {
   gateway: [
     { apiGroup: '', resource: 'nodes', verbs: ['get', 'patch'] },
     { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list', 'patch'] },
+    // Read only: whether Cilium can steer each running pod of the class (a metric and an alert).
+    { apiGroup: '', resource: 'pods', verbs: ['list'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumendpoints', verbs: ['list'] },
   ],
   doctor: [
     { apiGroup: '', resource: 'configmaps', verbs: ['get'], names: ['cilium-config'] },
@@ -67,11 +106,14 @@ export const KUBE_CALLS = {
     { apiGroup: '', resource: 'nodes', verbs: ['list'] },
     { apiGroup: 'cilium.io', resource: 'ciliumnodes', verbs: ['list'] },
     { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list'] },
+    { apiGroup: '', resource: 'pods', verbs: ['list'] },
+    { apiGroup: 'cilium.io', resource: 'ciliumendpoints', verbs: ['list'] },
   ],
 } as const;
 
 const CILIUM = { group: 'cilium.io', version: 'v2', plural: 'ciliumegressgatewaypolicies' };
 const CILIUM_NODES = { group: 'cilium.io', version: 'v2', plural: 'ciliumnodes' };
+const CILIUM_ENDPOINTS = { group: 'cilium.io', version: 'v2', plural: 'ciliumendpoints' };
 const ATTEMPTS = 5;
 const BACKOFF_MS = [50, 100, 200, 400];
 const REQUEST_TIMEOUT_MS = 5_000;
@@ -192,6 +234,26 @@ export function createKubeClient(credentials: KubeCredentials): KubeClient {
         labels: n.metadata?.labels ?? {},
       }));
     },
+    async listPods(labelSelector) {
+      const list = await call(`list pods (${labelSelector})`, () =>
+        core.listPodForAllNamespaces({ labelSelector }),
+      );
+      return list.items.map((p) => ({
+        namespace: p.metadata?.namespace ?? '',
+        name: p.metadata?.name ?? '',
+        labels: p.metadata?.labels ?? {},
+        phase: p.status?.phase ?? '',
+        node: p.spec?.nodeName,
+        hostNetwork: p.spec?.hostNetwork === true,
+        firstInitContainer: p.spec?.initContainers?.[0]?.name,
+      }));
+    },
+    async listCiliumEndpoints() {
+      const list = (await call('list CiliumEndpoints', () =>
+        custom.listCustomObjectForAllNamespaces(CILIUM_ENDPOINTS),
+      )) as { items?: unknown[] };
+      return (list.items ?? []).map(readCiliumEndpoint);
+    },
     async readDaemonSetImages(namespace, name) {
       const set = await call(`read DaemonSet ${namespace}/${name}`, () =>
         apps.readNamespacedDaemonSet({ name, namespace }),
@@ -243,11 +305,31 @@ function keepAlive(): PromiseMiddleware {
   };
 }
 
+function readCiliumEndpoint(item: unknown): CiliumEndpointObject {
+  const object = item as {
+    metadata?: { name?: string; namespace?: string };
+    status?: {
+      identity?: { id?: number; labels?: string[] };
+      networking?: { addressing?: { ipv4?: string; ipv6?: string }[] };
+    };
+  };
+  const identity = object.status?.identity;
+  return {
+    namespace: object.metadata?.namespace ?? '',
+    name: object.metadata?.name ?? '',
+    identity:
+      identity?.id === undefined ? undefined : { id: identity.id, labels: identity.labels ?? [] },
+    addresses: (object.status?.networking?.addressing ?? []).flatMap((a) =>
+      [a.ipv4, a.ipv6].filter((x): x is string => x !== undefined && x !== ''),
+    ),
+  };
+}
+
 function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
   const object = item as {
     metadata?: { name?: string; labels?: Record<string, string> };
     spec?: {
-      selectors?: { podSelector?: unknown; namespaceSelector?: unknown }[];
+      selectors?: { podSelector?: LabelSelector; namespaceSelector?: LabelSelector }[];
       egressGateway?: {
         interface?: unknown;
         egressIP?: unknown;
@@ -279,6 +361,10 @@ function readEgressGatewayPolicy(item: unknown): EgressGatewayPolicyObject {
       typeof gateway.interface === 'string' && gateway.interface !== ''
         ? gateway.interface
         : undefined,
+    selectors: (object.spec?.selectors ?? []).map((s) => ({
+      ...(s.podSelector === undefined ? {} : { podSelector: s.podSelector }),
+      ...(s.namespaceSelector === undefined ? {} : { namespaceSelector: s.namespaceSelector }),
+    })),
     nodeSelector: {
       matchLabels: selector?.matchLabels ?? {},
       matchExpressions: selector?.matchExpressions ?? [],

@@ -198,7 +198,11 @@ export function createPfApplier(pfctl: Pfctl, options: PfOptions, runner: Runner
       } catch (error) {
         // The write is atomic: one that failed left the original in place.
         if (written && original !== undefined) await writeConf(original);
-        if (applyOptions.previous !== undefined) await load(anchorText(applyOptions.previous));
+        if (applyOptions.previous !== undefined) {
+          await load(anchorText(applyOptions.previous));
+          // A flow the failed anchor passed in the meantime would outlive it by its state.
+          await killStates(applyOptions.previous);
+        }
         throw new EgressguardError(
           'partially-applied',
           `Cannot finish the apply: a step after the pf load failed${applyOptions.previous === undefined ? '' : ', so the previous anchor was loaded again'}: ${(error as Error).message}`,

@@ -3,7 +3,9 @@ import type { LabProbe } from '../lab-probes.js';
 import {
   addTunnelRoutes,
   hasTunnelRoutes,
+  missingLinkAddresses,
   missingNodeRoutes,
+  restoreLinkAddresses,
   restoreNodeRoutes,
 } from '../lab-services.js';
 import type { FarSide } from '../plan-proof-lab.js';
@@ -40,6 +42,7 @@ export function registerTunnelRestore(ctx: ScenarioContext, what = 'tunnels back
           await ctx.lab.setLinkUp(ctx.lab.peerOf(ref));
           await ctx.lab.setLinkUp(ref);
         }
+        await restoreLinkAddresses(ctx.lab, ref);
         await restoreNodeRoutes(ctx.lab, tunnel.node);
         await addTunnelRoutes(ctx.lab, ctx.plan, tunnel.iface);
       }
@@ -49,9 +52,12 @@ export function registerTunnelRestore(ctx: ScenarioContext, what = 'tunnels back
       for (const tunnel of ctx.plan.tunnels) {
         const ref = tunnelRef(ctx, tunnel);
         const state = await ctx.lab.linkState(ref).catch(() => undefined);
+        const unaddressed = state === undefined ? [] : await missingLinkAddresses(ctx.lab, ref);
         if (state === undefined) problems.push(`"${tunnel.iface}" is absent`);
         else if (!state.isUp || !state.hasCarrier) problems.push(`"${tunnel.iface}" is not up`);
-        else if (!(await hasTunnelRoutes(ctx.lab, ctx.plan, tunnel.iface))) {
+        else if (unaddressed.length > 0) {
+          problems.push(`"${tunnel.iface}" lacks its address ${unaddressed.join(', ')}`);
+        } else if (!(await hasTunnelRoutes(ctx.lab, ctx.plan, tunnel.iface))) {
           problems.push(`the lab routes through "${tunnel.iface}" are missing`);
         } else {
           const missing = await missingNodeRoutes(ctx.lab, tunnel.node);
