@@ -51,7 +51,8 @@ wait_for() {
       fi
     done
     if ((SECONDS > deadline)); then
-      echo "fleet-demo: no $what after ${WAIT_LIMIT} s; the logs:" >&2
+      echo "fleet-demo: no $what after ${WAIT_LIMIT} s; what the check ($*) says, then the logs:" >&2
+      "$@" >&2 || true
       for i in "${!NAMES[@]}"; do
         echo "-- ${NAMES[$i]}" >&2
         cat "$WORK/${NAMES[$i]}.log" >&2

@@ -182,6 +182,13 @@ export async function runAgent<P extends PreparedGeneration>(
       const report = await reconciler.step((attempt) => {
         options.metrics?.recordAttempt(attempt);
       });
+      // One line per attempt: what the host did is in its own log too, not only the controller's.
+      const attempt = report?.attempt;
+      if (attempt !== undefined) {
+        log(
+          `${attempt.outcome} ${attempt.hash.slice(0, 12)} (attempt ${attempt.number}, ${Math.round(attempt.durationMs)} ms)${attempt.outcome === 'applied' ? '' : `: ${attempt.message}`}`,
+        );
+      }
       options.metrics?.recordState(reconciler.memory.appliedHash, report);
       // A drift the round itself repaired (the watchers' repairs were counted as they happened).
       if (reconciler.roundRepaired) options.metrics?.recordRepair('generation', 'round');

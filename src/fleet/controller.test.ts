@@ -36,6 +36,7 @@ async function setUp(
     eventsPerHost?: number;
     start?: number;
     plugin?: KyselyPlugin;
+    pollIntervalMs?: number;
   } = {},
 ) {
   const opened = await openStore('sqlite::memory:');
@@ -49,7 +50,7 @@ async function setUp(
       binder: options.binder ?? createPolicyDocumentBinder(hashPolicyBundle),
       caPin: null,
       clock,
-      pollIntervalMs: 30_000,
+      pollIntervalMs: options.pollIntervalMs ?? 30_000,
       ...(options.eventsPerHost === undefined ? {} : { eventsPerHost: options.eventsPerHost }),
     });
   const controller = make();
@@ -181,6 +182,29 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     expect((await restarted.host('a')).silent).toBe(false);
     clock.advance(33_001);
     expect((await restarted.host('a')).silent).toBe(true);
+  });
+
+  it('gives a host at least 60 s before it is silent with a short poll interval: a wave is not paused while its canary applies', async () => {
+    const { clock, controller, enroll } = await setUp({ pollIntervalMs: 5_000 });
+    await enroll(['a', 'b']);
+    const pushed = await controller.push(
+      { text: POLICY, source: 'p.yaml', rollout: { canary: 1, bakeMs: 3_000, maxUnavailable: 1 } },
+      'op',
+    );
+    if (!pushed.ok) throw new Error('push refused');
+    // The canary took its bundle and is applying: no check-in for 15 s (three poll intervals).
+    clock.advance(15_000);
+    await controller.tick();
+    expect((await controller.host('a')).silent).toBe(false);
+    expect((await controller.rolloutView(pushed.rolloutId)).state).toBe('progressing');
+    const a = await controller.host('a');
+    await controller.reportStatus(a.id, converged(a.desiredHash ?? ''));
+    clock.advance(3_000);
+    await controller.tick();
+    expect((await controller.rolloutView(pushed.rolloutId)).waves[0]?.state).toBe('succeeded');
+    // Silent once the 60 s are over.
+    clock.advance(60_001 - 18_000);
+    expect((await controller.host('b')).silent).toBe(true);
   });
 
   it('keeps a wave going through a restart while the agent is still in its reconnect backoff (57 s), and fails a host once the restart grace is over', async () => {

@@ -150,6 +150,8 @@ export type PushResult =
   | { readonly ok: false; readonly issues: readonly PolicyIssue[] };
 
 const DEFAULT_POLL_MS = 30_000;
+/** The shortest silence grace, whatever the poll interval (see the constructor). */
+const MIN_GRACE_MS = 60_000;
 /** Check-ins held in memory before one statement writes them (also written at every tick). */
 const CHECKIN_BATCH_MAX = 1000;
 /**
@@ -215,7 +217,9 @@ export class Controller {
     this.#clock = new DatabaseClock(local, () => options.store.readClock());
     this.#caPin = options.caPin;
     this.pollIntervalMs = options.pollIntervalMs ?? DEFAULT_POLL_MS;
-    this.graceMs = options.graceMs ?? 2 * this.pollIntervalMs;
+    // A host that takes a bundle checks in again only once it applied it (an apply took 10 s on
+    // a loaded two-core machine): two short poll intervals would call it silent and pause its wave.
+    this.graceMs = options.graceMs ?? Math.max(2 * this.pollIntervalMs, MIN_GRACE_MS);
     this.restartGraceMs =
       options.restartGraceMs ??
       Math.max(this.graceMs, AGENT_RECONNECT_CAP_MS + this.pollIntervalMs);

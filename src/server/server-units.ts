@@ -27,12 +27,15 @@ export interface ServerUnitInput {
 
 /**
  * Why a path cannot be given to the service, or undefined: home directories are hidden from it
- * (`ProtectHome`), and a writable path is one word of `ReadWritePaths=`, which takes no quoting we
+ * (`ProtectHome`), /tmp and /var/tmp are its own (`PrivateTmp`), and a writable path is one word of `ReadWritePaths=`, which takes no quoting we
  * need to get right (so only plain characters).
  */
 export function serverUnitPathProblem(path: string, writable: boolean): string | undefined {
   if (/^\/(home|root|run\/user)(\/|$)/.test(path)) {
     return 'the service cannot see home directories (ProtectHome=yes)';
+  }
+  if (/^\/(var\/)?tmp(\/|$)/.test(path)) {
+    return 'the service has a /tmp and /var/tmp of its own (PrivateTmp=yes)';
   }
   if (writable && !/^\/[A-Za-z0-9_@+=:,./-]*$/.test(path)) {
     return 'a directory the service writes must be an absolute path of letters, digits and _@+=:,./-';

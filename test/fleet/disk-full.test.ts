@@ -105,6 +105,12 @@ describe('the controller on SQLite when its disk is full', () => {
     });
     expect(first.status).toBe(201);
     await waitForConverged(server, names);
+    // Each agent's own log says what it applied.
+    for (const agent of agents) {
+      expect(agent.log).toContainEqual(
+        expect.stringMatching(/^applied [0-9a-f]{12} \(attempt 1, \d+ ms\)$/),
+      );
+    }
 
     const filler = fillDisk();
     // A push of a megabyte: its commit needs new pages, which a full disk refuses.

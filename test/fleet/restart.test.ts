@@ -77,8 +77,10 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
         '1',
         '--max-unavailable',
         '1',
+        // Long enough that a look at the status (seconds each under load) sees wave 1 in flight:
+        // with 4 s it could start and finish between two looks, and the wait never ended.
         '--bake',
-        '4s',
+        '20s',
         '--json',
       );
       expect(pushed.exitCode).toBe(0);

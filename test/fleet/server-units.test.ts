@@ -1,7 +1,15 @@
-import { chownSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { connectController } from '../../src/fleet/index.js';
 import { REPO, runCli } from '../e2e-cli/run-cli.js';
 import { createScratch, waitFor } from './support/fleet-lab.js';
@@ -64,8 +72,12 @@ describe('server units (built CLI)', () => {
     expect(low.stdout).toMatch(/ --store sqlite:\/var\/lib\/egressguard-server\/fleet\.db/);
   });
 
-  it('makes a state directory or SQLite file given elsewhere absolute and writable for the sandboxed service, and refuses one in a home directory', async () => {
-    const cwd = scratch.dir('cwd');
+  it('makes a state directory or SQLite file given elsewhere absolute and writable for the sandboxed service, and refuses a path in a home directory or /tmp', async () => {
+    // Not in /tmp (the service has its own): where an operator might keep them.
+    const cwd = mkdtempSync('/var/lib/egressguard-unit-test-');
+    onTestFinished(() => {
+      rmSync(cwd, { recursive: true, force: true });
+    });
     const result = await runCli(
       [
         'server',
@@ -118,6 +130,11 @@ describe('server units (built CLI)', () => {
     });
     expect(spaced.exitCode).toBe(2);
     expect(spaced.stderr).toMatch(/must be an absolute path of letters, digits/);
+    const tmp = await runCli(['server', '--tls-cert', '/tmp/cert.pem', '--print-unit', 'systemd']);
+    expect(tmp.exitCode).toBe(2);
+    expect(tmp.stderr).toMatch(
+      /--tls-cert \/tmp\/cert\.pem: the service has a \/tmp .* of its own/,
+    );
   });
 
   it('prints the sysusers.d entry of its user, which systemd-sysusers creates', async () => {

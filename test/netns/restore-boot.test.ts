@@ -461,6 +461,7 @@ describe.concurrent('apply --confirm-within', () => {
   const applyUnconfirmed = async (
     lab: Lab,
     stateDir: string,
+    windowSeconds = 5,
   ): Promise<{
     a: string;
     b: string;
@@ -470,7 +471,7 @@ describe.concurrent('apply --confirm-within', () => {
   }> => {
     const a = (await apply(lab, stateDir, POLICY_A)).hash;
     const policyB = writePolicyB(stateDir);
-    const b = await apply(lab, stateDir, policyB, ['--confirm-within', '5s']);
+    const b = await apply(lab, stateDir, policyB, ['--confirm-within', `${windowSeconds}s`]);
     const appliedAt = Date.now();
     expect(b).toMatchObject({ changed: true, generation: 2 });
     expect(b.hash).not.toBe(a);
@@ -488,7 +489,7 @@ describe.concurrent('apply --confirm-within', () => {
       return Promise.resolve();
     });
     // The window opens when the timer is set, before the commit, not when the CLI returns.
-    const scheduledAt = Date.parse(pending.deadline) - 5000;
+    const scheduledAt = Date.parse(pending.deadline) - windowSeconds * 1000;
     expect(scheduledAt).toBeLessThanOrEqual(appliedAt);
     return { a, b: b.hash, appliedAt, scheduledAt, timerPid: pending.timer.pid };
   };
@@ -534,7 +535,9 @@ describe.concurrent('apply --confirm-within', () => {
     const lab = await createGatewayLab();
     const state = createTempDir('egtest-confirmed');
     try {
-      const { b, timerPid } = await applyUnconfirmed(lab, state.path);
+      // A window no loaded machine outlasts: the confirm's own start (seconds under load) must
+      // not race the timer, which would revert first and make this a test of the load.
+      const { b, timerPid } = await applyUnconfirmed(lab, state.path, 600);
       expect(timerPid).toBeDefined();
       const confirmed = await cli(['confirm', ...target(lab, state.path)]);
       expect(confirmed).toMatchObject({ exitCode: 0, stdout: 'confirmed generation 2' });

@@ -6,7 +6,7 @@ import type {
   NamedLabels,
   PodObject,
 } from './kube-client.js';
-import { findUnsteeredPods, type UnsteeredReason } from './unsteered-pods.js';
+import { findUnsteeredPods, type UnsteeredPod, type UnsteeredReason } from './unsteered-pods.js';
 import {
   SUPPORTED_CILIUM_VERSIONS,
   formatCiliumVersion,
@@ -459,9 +459,7 @@ const UNSTEERED: Readonly<
 };
 
 /** One finding per kind of pod that has no egress gateway entry (or was never held by the gate). */
-function diagnosePods(
-  unsteered: readonly ReturnType<typeof findUnsteeredPods>[number][],
-): DoctorFinding[] {
+function diagnosePods(unsteered: readonly UnsteeredPod[]): DoctorFinding[] {
   return (Object.keys(UNSTEERED) as UnsteeredReason[]).flatMap((reason) => {
     const pods = unsteered.filter((p) => p.reason === reason);
     if (pods.length === 0) return [];

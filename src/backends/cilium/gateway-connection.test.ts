@@ -222,3 +222,66 @@ describe("the gateway connection: the class's pods Cilium cannot steer", () => {
     );
   });
 });
+
+describe('the gateway connection: the CiliumNode Cilium selects the gateway by', () => {
+  /** The label's and the CiliumNode's gauges once the CiliumNode was first read, after `up`. */
+  async function afterConverge(
+    up: boolean,
+    ciliumNodes?: { name: string; labels: Record<string, string> }[],
+  ): Promise<string> {
+    const cluster = await startKubeApiModel({
+      users: [
+        {
+          name: 'gateway',
+          token: 'gateway-token',
+          rules: [
+            { verbs: ['get', 'patch'], resource: 'nodes', resourceNames: ['gw-1'] },
+            { verbs: ['get'], resource: 'ciliumnodes', resourceNames: ['gw-1'] },
+            { verbs: ['list', 'patch'], resource: 'ciliumegressgatewaypolicies' },
+          ],
+        },
+      ],
+      nodes: [{ name: 'gw-1', labels: { 'egressguard.dev/gateway-vpn': 'up' } }],
+      ...(ciliumNodes === undefined ? {} : { ciliumNodes }),
+      tls: { key: tls('server.key'), cert: tls('server.crt'), ca: tls('ca.crt') },
+    });
+    const file = join(dir, 'ciliumnode.kubeconfig');
+    writeFileSync(file, cluster.kubeconfig('gateway'));
+    const resident = createGatewayConnection({
+      client: createKubeClient({ kubeconfig: file }),
+      node: 'gw-1',
+      auditEveryMs: 0,
+    });
+    try {
+      // The node starts with the label: the first converge down takes it off, then reads the
+      // CiliumNode (the gauge's first value comes from that read).
+      for (;;) {
+        await resident.converge(DUTY, up);
+        const text = (await resident.metrics()).text;
+        if (text.includes('egressguard_ciliumnode_label_present{')) return text;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    } finally {
+      await resident.close();
+      await cluster.close();
+    }
+  }
+  const gauge = (name: string, value: number) =>
+    `${name}{node="gw-1",gateway_label="egressguard.dev/gateway-vpn=up"} ${value}`;
+
+  it("follows the label through the node's agent", async () => {
+    const down = await afterConverge(false);
+    expect(down).toContain(gauge('egressguard_gateway_label_present', 0));
+    expect(down).toContain(gauge('egressguard_ciliumnode_label_present', 0));
+    const up = await afterConverge(true);
+    expect(up).toContain(gauge('egressguard_ciliumnode_label_present', 1));
+  });
+
+  it('shows a CiliumNode that kept the label the Node lost (a stale agent)', async () => {
+    const text = await afterConverge(false, [
+      { name: 'gw-1', labels: { 'egressguard.dev/gateway-vpn': 'up' } },
+    ]);
+    expect(text).toContain(gauge('egressguard_gateway_label_present', 0));
+    expect(text).toContain(gauge('egressguard_ciliumnode_label_present', 1));
+  });
+});

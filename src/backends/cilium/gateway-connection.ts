@@ -150,6 +150,28 @@ export function createGatewayConnection(input: {
     return policies.map((p) => p.name);
   };
 
+  // Cilium's egress gateway selects the gateway by the CiliumNode, which the node's own agent
+  // copies from the Node (daemon/cmd/local_node_sync.go, pkg/nodediscovery): a label taken off
+  // the Node that its CiliumNode keeps is a kill switch that never reached Cilium. Read beside
+  // the converge, after each change and at each audit.
+  const ciliumNodeLabel = new Gauge(configOf('ciliumNodeLabelPresent'));
+  const ciliumNodeReads = new Set<string>();
+  const readCiliumNode = (series: { node: string; gateway_label: string }, key: string): void => {
+    if (ciliumNodeReads.has(key)) return;
+    ciliumNodeReads.add(key);
+    void client
+      .readCiliumNodeLabels(node)
+      .then(
+        (labels) => {
+          ciliumNodeLabel.set(series, key in labels ? 1 : 0);
+        },
+        () => undefined,
+      )
+      .finally(() => {
+        ciliumNodeReads.delete(key);
+      });
+  };
+
   return {
     node,
     server: client.server,
@@ -172,6 +194,7 @@ export function createGatewayConnection(input: {
         pending.delete(duty.id);
         lastChange.set({ node }, now().getTime() / 1000);
         labelPresent.set(series, 0);
+        readCiliumNode(series, label.key);
         return { changed: true, marked: false, reapplied: [] };
       }
       const labels = await client.readNodeLabels(node);
@@ -192,13 +215,13 @@ export function createGatewayConnection(input: {
       if (changed) lastChange.set({ node }, now().getTime() / 1000);
       labelPresent.set(series, up ? 1 : 0);
       let names: string[] = [];
+      const auditDue =
+        performance.now() - (audited.get(duty.id) ?? -Infinity) >= (input.auditEveryMs ?? 30_000);
+      if (changed || auditDue) readCiliumNode(series, label.key);
       if (up && pending.has(duty.id)) {
         names = await reapply(duty);
         pending.delete(duty.id);
-      } else if (
-        performance.now() - (audited.get(duty.id) ?? -Infinity) >=
-        (input.auditEveryMs ?? 30_000)
-      ) {
+      } else if (auditDue) {
         audit(await client.listEgressGatewayPolicies(), duty);
       }
       return { changed, marked: up, reapplied: names };

@@ -12,6 +12,12 @@ export const GATEWAY_METRICS = {
     help: '1 while this node carries the egress gateway label, 0 while egressguard keeps it off',
     labels: ['node', 'gateway_label'],
   },
+  ciliumNodeLabelPresent: {
+    name: 'egressguard_ciliumnode_label_present',
+    type: 'gauge',
+    help: "1 while this node's CiliumNode carries the gateway label (what Cilium's egress gateway selects by), else 0",
+    labels: ['node', 'gateway_label'],
+  },
   tunnelUp: {
     name: 'egressguard_tunnel_up',
     type: 'gauge',

@@ -89,8 +89,9 @@ export interface KubeApiModelOptions {
     readonly data: Readonly<Record<string, string>>;
   }[];
   /**
-   * CiliumNodes served read-only (get, list), as their agents wrote them; absent: one per seeded
-   * node with its labels, as a running agent keeps them (pkg/nodediscovery mutateNodeResource).
+   * CiliumNodes served read-only (get, list), as stale or broken agents left them; absent: one
+   * per node carrying the Node's current labels, as a running agent keeps them
+   * (pkg/nodediscovery mutateNodeResource).
    */
   readonly ciliumNodes?: readonly {
     readonly name: string;
@@ -441,22 +442,26 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
       },
     });
   }
-  for (const node of options.ciliumNodes ??
-    (options.nodes ?? []).map((n) => ({
-      name: n.name,
-      labels: { 'kubernetes.io/hostname': n.name, ...n.labels },
-    }))) {
-    readOnly.set(`ciliumnodes /${node.name}`, {
+  const setCiliumNode = (name: string, labels: Readonly<Record<string, string>>): void => {
+    readOnly.set(`ciliumnodes /${name}`, {
       apiVersion: `${CILIUM_GROUP}/v2`,
       kind: 'CiliumNode',
-      metadata: {
-        name: node.name,
-        labels: { ...node.labels },
-        resourceVersion: String(++revision),
-      },
+      metadata: { name, labels: { ...labels }, resourceVersion: String(++revision) },
       spec: {},
     });
-  }
+  };
+  for (const node of options.ciliumNodes ?? []) setCiliumNode(node.name, node.labels);
+  // Without seeded CiliumNodes, each node's agent runs: its CiliumNode carries the Node's labels
+  // as they are when read (local_node_sync.go; pkg/nodediscovery mutateNodeResource).
+  const syncCiliumNodes = (): void => {
+    if (options.ciliumNodes !== undefined) return;
+    for (const [name, node] of stores.nodes) {
+      const current = readOnly.get(`ciliumnodes /${name}`);
+      if (current === undefined || !jsonEqual(labelsOf(current), labelsOf(node))) {
+        setCiliumNode(name, labelsOf(node));
+      }
+    }
+  };
   const listed: Record<ListedResource, readonly JsonValue[] | undefined> = {
     pods: options.pods,
     ciliumendpoints: options.ciliumEndpoints,
@@ -474,6 +479,7 @@ export async function startKubeApiModel(options: KubeApiModelOptions): Promise<K
     url: URL,
   ): { code: number; body: JsonValue } => {
     const { resource } = target;
+    if (resource === 'ciliumnodes') syncCiliumNodes();
     if (
       verb === 'list' &&
       (resource === 'ciliumnodes' || resource === 'pods' || resource === 'ciliumendpoints')

@@ -17,6 +17,8 @@ export interface KubeClient {
   /** The API server's URL, as the credentials name it. */
   readonly server: string;
   readNodeLabels(node: string): Promise<Readonly<Record<string, string>>>;
+  /** A CiliumNode's labels: what Cilium's egress gateway selects the gateway by. */
+  readCiliumNodeLabels(node: string): Promise<Readonly<Record<string, string>>>;
   /** Sets (a string) or removes (null) labels of a Node with one merge patch. */
   patchNodeLabels(node: string, labels: Readonly<Record<string, string | null>>): Promise<void>;
   listEgressGatewayPolicies(): Promise<readonly EgressGatewayPolicyObject[]>;
@@ -93,6 +95,8 @@ export const KUBE_CALLS = {
   gateway: [
     { apiGroup: '', resource: 'nodes', verbs: ['get', 'patch'] },
     { apiGroup: 'cilium.io', resource: 'ciliumegressgatewaypolicies', verbs: ['list', 'patch'] },
+    // Read only: whether its own CiliumNode follows the label (Cilium selects the gateway by it).
+    { apiGroup: 'cilium.io', resource: 'ciliumnodes', verbs: ['get'] },
     // Read only: whether Cilium can steer each running pod of the class (a metric and an alert).
     { apiGroup: '', resource: 'pods', verbs: ['list'] },
     { apiGroup: 'cilium.io', resource: 'ciliumendpoints', verbs: ['list'] },
@@ -191,6 +195,12 @@ export function createKubeClient(credentials: KubeCredentials): KubeClient {
     server,
     async readNodeLabels(node) {
       const object = await call(`read node "${node}"`, () => core.readNode({ name: node }));
+      return object.metadata?.labels ?? {};
+    },
+    async readCiliumNodeLabels(node) {
+      const object = (await call(`read CiliumNode "${node}"`, () =>
+        custom.getClusterCustomObject({ ...CILIUM_NODES, name: node }),
+      )) as { metadata?: { labels?: Record<string, string> } };
       return object.metadata?.labels ?? {};
     },
     async patchNodeLabels(node, labels) {

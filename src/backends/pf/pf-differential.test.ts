@@ -403,7 +403,9 @@ describe('pf differential: a tunnel class compiled while its tunnel is absent', 
   });
 });
 
-// Issue 20, item 8: the cases the differential could not see before.
+// Issue 20, item 8: the cases the differential could not see before. States across a lockdown,
+// a revert, a failed apply and a tunnel re-bind need the apply layer that kills them: they are
+// judged against the IR evaluator in test/pf-model/pf-leak-paths.test.ts.
 describe('pf differential: a renumber between load and packet', () => {
   // DHCP moves the uplink within its network: the facts change, the anchor does not (nothing in
   // it names the uplink's address), so nothing is loaded again, and pf must follow on its own.

@@ -42,6 +42,33 @@ describe("pf's doctor findings", () => {
     ]);
   });
 
+  it('an interface with addresses that the anchor’s host lists do not name', () => {
+    const listing =
+      'block drop in quick on bridge100 inet from any to (bridge100) label "deny-host"\n' +
+      'block drop in quick on bridge100 inet from any to (en0) label "deny-host"\n' +
+      'block drop in quick on bridge100 inet from any to (lo0) label "deny-host"\n' +
+      'block drop in quick on bridge100 inet from any to (en0:broadcast) label "deny-host"\n';
+    const interfaces = [
+      { name: 'lo0', addresses: ['127.0.0.1/8'] },
+      { name: 'en0', addresses: ['198.51.100.20/24'] },
+      { name: 'bridge100', addresses: ['192.168.64.1/22'] },
+      { name: 'utun7', addresses: ['10.9.0.2/32'] },
+      { name: 'en1', addresses: [] },
+      { name: 'utun0', addresses: ['fe80::1c2a:9/64'] },
+    ];
+    const report = diagnosePf({ ...BOOTED, anchorRules: listing, interfaces }, parsePfOptions({}));
+    const unlisted = report.findings.filter((f) => f.code === 'host-interface-not-listed');
+    expect(unlisted.map((f) => f.severity)).toEqual(['warning']);
+    expect(unlisted[0]?.message).toMatch(/^interface utun7 \(10\.9\.0\.2\/32\) is not among/);
+    // Listed, or an anchor without host lists (nothing to self): nothing to say.
+    expect(
+      codes({ ...BOOTED, anchorRules: listing.replace('(en0:broadcast)', '(utun7)'), interfaces }),
+    ).not.toContain('warning host-interface-not-listed');
+    expect(codes({ ...BOOTED, anchorRules: '', interfaces })).not.toContain(
+      'warning host-interface-not-listed',
+    );
+  });
+
   it('pf disabled, our reference gone, the hooks flushed from the main ruleset', () => {
     expect(
       codes({

@@ -27,6 +27,8 @@ export interface PfDoctorSnapshot {
   }[];
   readonly ownToken: string | null;
   readonly pfConf: string | null;
+  /** The host's interfaces as `ifconfig` shows them now (absent: not checked). */
+  readonly interfaces?: readonly { readonly name: string; readonly addresses: readonly string[] }[];
 }
 
 const AREAS = [
@@ -77,6 +79,7 @@ export const pfDoctor: DoctorSupport = {
         earlierSiblings,
         ownToken: readOwnToken(options.tokenFile)?.token ?? null,
         pfConf,
+        interfaces: input.facts.interfaces,
       },
       options,
     );
@@ -157,6 +160,30 @@ export function diagnosePf(snapshot: PfDoctorSnapshot, options: PfOptions) {
           options.attach === 'stanza'
             ? 'apply again with --pf-attach stanza: its block writes the scrub-anchor line (it applies at the next boot)'
             : 'restore the stock scrub-anchor "com.apple/*" line of /etc/pf.conf (it applies at the next boot)',
+      });
+    }
+    // `to: self` is a list of the facts' interfaces in parentheses (lo0 always among them), which
+    // the kernel follows as their addresses change; an interface the facts did not name when the
+    // anchor was compiled is not the host's to our rules.
+    const followed = new Set(
+      [...(snapshot.anchorRules ?? '').matchAll(/\(([A-Za-z0-9_.]+)(?::[a-z0-9]+)?\)/g)].map(
+        (m) => m[1],
+      ),
+    );
+    // An IPv6 link-local address is reached only from its own link: no workload's packet from
+    // another interface can be addressed to it (a Mac's utun0-3, awdl0 and llw0 have only those).
+    const routable = (i: { readonly addresses: readonly string[] }) =>
+      i.addresses.filter((a) => !/^fe[89ab][0-9a-f]:/i.test(a));
+    const unlisted = followed.has('lo0')
+      ? (snapshot.interfaces ?? []).filter((i) => routable(i).length > 0 && !followed.has(i.name))
+      : [];
+    for (const iface of unlisted) {
+      add({
+        severity: 'warning',
+        area: 'attachment',
+        code: 'host-interface-not-listed',
+        message: `interface ${iface.name} (${routable(iface).join(', ')}) is not among the host's own interfaces in "${anchor}": a class's rules to self do not cover its addresses, so a workload reaches the host there as if it were elsewhere`,
+        hint: 'add the interface to the facts file the policy is applied with (or apply on live facts): the anchor then lists it',
       });
     }
     if (natHook === null && snapshot.anchorNat.trim() !== '') {

@@ -149,7 +149,7 @@ function printUnit(ctx: CommandContext, command: Command, opts: ServerCommandOpt
     const problem = serverUnitPathProblem(absolute, writes);
     if (problem !== undefined) {
       throw new EgressguardError('usage', `Cannot template the service with ${given}: ${problem}`, {
-        hint: `put it under ${SERVER_STATE_DIR} (the service's own state directory) or another directory outside the home directories`,
+        hint: `put it under ${SERVER_STATE_DIR} (the service's own state directory) or another directory outside the home directories and /tmp`,
       });
     }
     const inStateDir = !relative(SERVER_STATE_DIR, absolute).startsWith('..');
