@@ -543,7 +543,7 @@ export interface SelftestCheck {
   readonly assumption: string | null;
   /**
    * Why the check cannot tell on this machine (set with `ok` false): what it would observe
-   * depends on something else here (a skipped interface, a pfctl that follows another
+   * depends on something else here (a skipped interface, a firewall tool that follows another
    * grammar), so it neither confirms nor refutes its assumption, and fails nothing.
    */
   readonly cannotTell?: string;

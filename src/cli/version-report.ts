@@ -16,7 +16,7 @@ interface VersionReport {
     readonly name: string;
     /** The backend that enforces on this machine's OS without `--target`. */
     readonly enforcesHere: boolean;
-    /** Its tools' versions found here; null when it has none to read (pfctl prints none). */
+    /** Its tools' versions found here; null when it has none to read (some tools print none). */
     readonly tools: Readonly<Record<string, string>> | null;
   }[];
 }

@@ -138,7 +138,7 @@ const RESIDUAL_WINDOW =
 const CLUSTER_NOTES: Readonly<Record<ClusterPart, string>> = {
   pods: 'In-cluster destination (the pod CIDR): the pod network judges it by identity, as any pod of the cluster, never by address; the egress gateway never steers it, so it stays inside the cluster whatever the tunnel does',
   services:
-    'In-cluster destination (the service CIDR): the pod network translates the ClusterIP of a service to one of its backends before policy and judges that backend (the verdict here is for a pod); a ClusterIP whose service has no backend is refused before policy (Cilium fails the connection with "host unreachable", or drops the packet as "Service backend not found"), and an address no service holds is dropped by the class\'s network policy, which leaves the service CIDR out of its address rules; the egress gateway never steers any of them',
+    'In-cluster destination (the service CIDR): the pod network translates the ClusterIP of a service to one of its backends before policy and judges that backend (the verdict here is for a pod); a ClusterIP whose service has no backend is refused before policy (the pod network fails the connection with "host unreachable", or drops the packet as "Service backend not found"), and an address no service holds is dropped by the class\'s network policy, which leaves the service CIDR out of its address rules; the egress gateway never steers any of them',
   nodes:
     'In-cluster destination (a node): the pod network judges it by identity (the host and remote-node entities), never by address; the egress gateway never steers it',
 };

@@ -96,12 +96,15 @@ describe('egressguard doctor in a namespace', () => {
       'nftables warning foreign-base-chain',
       'nftables info table-absent',
       'routing error rule-priority-collision',
+      // The namespace has none of the example's ingress interfaces (vwl0, iwl0).
+      'topology warning ingress-missing',
+      'topology warning ingress-missing',
       'topology warning uplink-bridged',
     ]);
     expect(report.findings[2]?.message).toBe(
       'Routing rule "7350: from 10.20.0.0/24 lookup 100" (IPv4) is not ours and sits at priority 7350, which egressguard uses for steering',
     );
-    expect(report.summary).toEqual({ errors: 1, warnings: 2, infos: 1 });
+    expect(report.summary).toEqual({ errors: 1, warnings: 4, infos: 1 });
   });
 
   it('prints findings grouped by area for people', async () => {
@@ -113,7 +116,7 @@ describe('egressguard doctor in a namespace', () => {
       'routing: tables and rule priorities',
       'topology: paths netfilter does not see',
       'foreign base chains',
-      '1 error, 2 warnings, 1 note',
+      '1 error, 4 warnings, 1 note',
     ]);
     expect(result.stdout).toContain(
       '  error   rule-priority-collision: Routing rule "7350: from 10.20.0.0/24 lookup 100" (IPv4)',

@@ -79,7 +79,12 @@ export async function runProve(
  */
 export function interruptProve(
   args: readonly string[],
-  options: { readonly when: RegExp; readonly ready: (pid: number) => Promise<boolean> },
+  options: {
+    readonly when: RegExp;
+    readonly ready: (pid: number) => Promise<boolean>;
+    /** The child's TMPDIR: a directory of the test's own, which no other run writes into. */
+    readonly tmpDir?: string;
+  },
 ): Promise<{ pid: number; exitCode: number | null; signal: string | null; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(
@@ -88,6 +93,7 @@ export function interruptProve(
       {
         env: {
           ...process.env,
+          ...(options.tmpDir === undefined ? {} : { TMPDIR: options.tmpDir }),
           NO_COLOR: '1',
           EGRESSGUARD_ROOTNS_GUARD: '1',
           EGRESSGUARD_FAULTS: '',
