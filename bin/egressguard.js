@@ -16,7 +16,19 @@ try {
 } catch {
   cachedData = undefined; // not built with one: compile the source
 }
-const script = new vm.Script(Module.wrap(readFileSync(bundle, 'utf8')), {
+let source;
+try {
+  source = readFileSync(bundle, 'utf8');
+} catch (error) {
+  if (error.code !== 'ENOENT') throw error;
+  // A checkout that was never built: say what to do, not a stack trace.
+  process.stderr.write(
+    `egressguard: the CLI is not built (${bundle} is missing).\n` +
+      'In a checkout, run `npm ci && npm run build`; or install the package (README, "Install").\n',
+  );
+  process.exit(2);
+}
+const script = new vm.Script(Module.wrap(source), {
   filename: bundle,
   cachedData,
 });

@@ -14,7 +14,7 @@
 //        [--out bench-out]
 // Needs root and a build (npm run build). Results in bench-out/prove.json.
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +22,11 @@ import { fileURLToPath } from 'node:url';
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const bin = join(repo, 'bin/egressguard.js');
 const policy = join(repo, 'testdata/policies/valid/linux-vpn-gateway/policy.yaml');
+if (!existsSync(join(repo, 'dist/bundle/egressguard.cjs'))) {
+  // Without it every run would fail alike and read as 20 false failures.
+  console.error('bench-prove: the CLI is not built: run `npm run build` first');
+  process.exit(2);
+}
 const args = process.argv.slice(2);
 const option = (name, fallback) => {
   const i = args.indexOf(name);

@@ -1,4 +1,6 @@
-import { release } from 'node:os';
+import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { release, tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { execa } from 'execa';
 import { describe, expect, it } from 'vitest';
 import { REPO, runCli } from './run-cli.js';
@@ -37,5 +39,25 @@ describe('--version', () => {
     expect(report.backends.map((b) => b.name)).toEqual(['nftables', 'pf', 'cilium']);
     expect(report.backends[0]?.enforcesHere).toBe(true);
     expect(report.backends[0]?.tools?.['nft']).toMatch(/^\d+\.\d+/);
+  });
+});
+
+describe('a checkout that was never built', () => {
+  it('says to build, with exit code 2, instead of a stack trace', async () => {
+    // The launcher alone in a tree of its own, where the bundle beside it does not exist.
+    const tree = mkdtempSync(join(tmpdir(), 'eg-unbuilt-'));
+    try {
+      mkdirSync(join(tree, 'bin'));
+      copyFileSync(join(REPO, 'bin/egressguard.js'), join(tree, 'bin/egressguard.js'));
+      const result = await execa(process.execPath, [join(tree, 'bin/egressguard.js'), 'check'], {
+        reject: false,
+      });
+      expect(result.exitCode).toBe(2);
+      expect(result.stderr).toContain('the CLI is not built');
+      expect(result.stderr).toContain('npm ci && npm run build');
+      expect(result.stderr).not.toMatch(/\n\s+at /);
+    } finally {
+      rmSync(tree, { recursive: true, force: true });
+    }
   });
 });
