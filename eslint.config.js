@@ -58,7 +58,7 @@ function rulesFor(layer) {
 }
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'bench-out/**', 'coverage/**'] },
+  { ignores: ['dist/**', 'sim/dist/**', 'node_modules/**', 'bench-out/**', 'coverage/**'] },
   js.configs.recommended,
   ...tseslint.configs.strictTypeChecked,
   {
@@ -88,4 +88,23 @@ export default tseslint.config(
     },
   },
   ...allLayers.map(rulesFor),
+  {
+    // The simulators are test-only: the product never imports them (tests beside it may).
+    files: ['src/**/*.ts'],
+    ignores: ['src/**/*.test.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        ...[
+          'ImportDeclaration',
+          'ExportNamedDeclaration',
+          'ExportAllDeclaration',
+          'ImportExpression',
+        ].map((node) => ({
+          selector: `${node}[source.value=/^(\\.\\.\\/)+sim\\//]`,
+          message: 'The product never imports the simulators (sim/): they are test-only',
+        })),
+      ],
+    },
+  },
 );

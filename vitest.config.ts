@@ -3,8 +3,10 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    include: ['src/**/*.test.ts', 'sim/**/*.test.ts', 'test/**/*.test.ts'],
     setupFiles: ['test/setup.ts'],
+    // The simulators' shims (sim/pf/macos-tools/) run the models from sim/dist/: built first.
+    globalSetup: ['sim/build.mjs'],
     // Most files wait on the kernel, child processes and servers far more than they compute, and
     // every one works in namespaces, ports and directories of its own: one file more than there
     // are cores (Vitest's default is one fewer, so a single worker on 2 cores) took the suite in

@@ -47,12 +47,6 @@ export type {
   WatchEvent,
 } from './backend.js';
 export { BackendRegistry, registry } from './registry.js';
-export {
-  generateBoundaryPackets,
-  generatePodBoundaryPackets,
-  type PodTestPacket,
-} from './boundary-packets.js';
-export { checkConformance, type Disagreement } from './conformance.js';
 export { artifactOfRole, compileWithHash } from './compile-with-hash.js';
 export { describeLiveProblem } from './live-problem.js';
 export { describeFirewallDiff } from './firewall-diff.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { loadVpnGateway } from './test-fixtures.js';
+import { loadVpnGateway } from '../../sim/prove/test-fixtures.js';
 
 describe('expandProbes', () => {
   const { probes, skipped } = loadVpnGateway();

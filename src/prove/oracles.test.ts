@@ -3,7 +3,7 @@ import type { ObservedPacket } from './lab/parse-packet.js';
 import type { LabProbe } from './lab-probes.js';
 import type { PhaseRun, ProbeRun, SideObservation } from './measure-phase.js';
 import { judgePhase } from './oracles.js';
-import { loadVpnGateway } from './test-fixtures.js';
+import { loadVpnGateway } from '../../sim/prove/test-fixtures.js';
 
 const { probes, plan } = loadVpnGateway();
 const probe = (key: string): LabProbe => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyCommand } from './classify-command.js';
+import { classifyCommand, classifyModelPrograms } from './classify-command.js';
 
 const isReadOnlyCommand = (argv: readonly string[], input?: string): boolean =>
   classifyCommand(argv, input) === 'read';
@@ -90,5 +90,22 @@ describe('ip -batch - with its commands on stdin', () => {
   it('still reads -brief and -family as the options they are', () => {
     expect(isReadOnlyCommand(['ip', '-br', 'addr', 'show'])).toBe(true);
     expect(isReadOnlyCommand(['ip', '-f', 'inet', 'route', 'show'])).toBe(true);
+  });
+});
+
+describe('classifyModelPrograms', () => {
+  const models = classifyModelPrograms(['/repo/sim/tools/pfctl', 'relative/tool']);
+
+  it('counts the named programs offline, by path, and knows no other program', () => {
+    expect(classifyCommand(['/repo/sim/tools/pfctl', '-f', '-'], '', [models])).toBe('offline');
+    expect(classifyCommand(['/repo/sim/tools/../tools/pfctl', '-E'], undefined, [models])).toBe(
+      'offline',
+    );
+    expect(classifyCommand([`${process.cwd()}/relative/tool`], undefined, [models])).toBe(
+      'offline',
+    );
+    expect(classifyCommand(['/sbin/pfctl', '-f', '-'], '', [models])).toBe('change');
+    expect(classifyCommand(['pfctl', '-f', '-'], '', [models])).toBe('change');
+    expect(classifyCommand(['/other/sim/tools/pfctl', '-E'], undefined, [models])).toBe('change');
   });
 });

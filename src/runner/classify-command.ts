@@ -1,3 +1,5 @@
+import { delimiter, resolve } from 'node:path';
+
 /**
  * What a command line does: only reads state, changes it, or acts on a model that stands for a
  * firewall that cannot run here (a backend's model of it): no network of this machine.
@@ -9,6 +11,25 @@ export type CommandClassifier = (
   argv: readonly string[],
   input?: string,
 ) => CommandClass | undefined;
+
+/** The environment variable listing the programs that are models of a tool (see below). */
+export const MODEL_PROGRAMS_ENV = 'EGRESSGUARD_ROOTNS_GUARD_MODELS';
+
+/**
+ * A classifier that counts the programs given (absolute paths, or relative to the working
+ * directory) as `offline`: models of a tool that cannot run here, standing in for it in a test,
+ * which change no firewall of this machine. Nothing in the product names one; a test setup
+ * injects its models' paths, in-process or through `EGRESSGUARD_ROOTNS_GUARD_MODELS`.
+ */
+export function classifyModelPrograms(programs: readonly string[]): CommandClassifier {
+  const models = new Set(programs.map((p) => resolve(p)));
+  return (argv) => (models.has(resolve(argv[0] ?? '')) ? 'offline' : undefined);
+}
+
+/** The model programs `EGRESSGUARD_ROOTNS_GUARD_MODELS` lists, separated as PATH is. */
+export function modelProgramsFromEnv(value: string | undefined): string[] {
+  return (value ?? '').split(delimiter).filter((p) => p !== '');
+}
 
 /**
  * What a command line does. The classifiers given (the backends' own tools) go first; anything

@@ -13,7 +13,9 @@ export {
 export { Faults, type FaultAction } from './faults.js';
 export {
   classifyCommand,
+  classifyModelPrograms,
   commandOperands,
+  MODEL_PROGRAMS_ENV,
   type CommandClass,
   type CommandClassifier,
 } from './classify-command.js';

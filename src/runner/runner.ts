@@ -5,6 +5,9 @@ import type { Readable } from 'node:stream';
 import { EgressguardError } from '../core/index.js';
 import {
   classifyCommand,
+  classifyModelPrograms,
+  MODEL_PROGRAMS_ENV,
+  modelProgramsFromEnv,
   targetsNamedNamespace,
   type CommandClassifier,
 } from './classify-command.js';
@@ -77,6 +80,11 @@ export interface RunnerOptions {
   readonly auditLog?: string | undefined;
   /** How the backends' own tools read or change state (the registry's classifiers). */
   readonly classifiers?: readonly CommandClassifier[];
+  /**
+   * Programs (by path) that are models of a tool, a test's stand-ins for the real one, which the
+   * guard lets act: they change no firewall here. Defaults to EGRESSGUARD_ROOTNS_GUARD_MODELS.
+   */
+  readonly models?: readonly string[];
 }
 
 const NETNS_NAME = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$/; // never a leading '-': it would be an option of ip
@@ -111,7 +119,12 @@ export function createRunner(options: RunnerOptions = {}): Runner {
     guard: options.guard ?? process.env['EGRESSGUARD_ROOTNS_GUARD'] === '1',
     faults: options.faults ?? Faults.fromEnv(process.env['EGRESSGUARD_FAULTS']),
     auditLog: options.auditLog ?? process.env['EGRESSGUARD_AUDIT_LOG'],
-    classifiers: options.classifiers ?? [],
+    classifiers: [
+      classifyModelPrograms(
+        options.models ?? modelProgramsFromEnv(process.env[MODEL_PROGRAMS_ENV]),
+      ),
+      ...(options.classifiers ?? []),
+    ],
     invocations: [] as Invocation[],
   };
   return makeRunner(shared, options.netns);

@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startKubeApiModel, type KubeApiModel } from '../../src/backends/cilium/kube-api-model.js';
+import { startKubeApiModel, type KubeApiModel } from '../../sim/cilium/kube-api-model.js';
 import { REPO, runCli } from './run-cli.js';
 
 // `egressguard doctor --k8s` through the built CLI: the checklist alone without credentials, and

@@ -3,16 +3,16 @@ import { execa } from 'execa';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
-import { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
-import { PFCTL_MODEL_STATE_ENV } from '../../src/backends/pf/pfctl-model-shim.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
+import { PfctlModel } from '../../sim/pf/pfctl-model.js';
+import { PFCTL_MODEL_STATE_ENV } from '../../sim/pf/pfctl-model-shim.js';
 import {
   readPfctlModelState,
   writePfctlModelState,
-} from '../../src/backends/pf/pfctl-model-store.js';
+} from '../../sim/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
 import { LAUNCHCTL_ENV } from '../../src/backends/pf/launchd-confirm-timer.js';
-import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
+import { LaunchctlModel } from '../../sim/pf/launchctl-model.js';
 import { readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
 import {
   createMacosModelState,
@@ -20,11 +20,11 @@ import {
   readMacosModelState,
   updateMacosModelState,
   writeMacosModelState,
-} from '../../src/backends/pf/macos-model-shim.js';
+} from '../../sim/pf/macos-model-shim.js';
 import { REPO, runCli } from './run-cli.js';
 
 // `plan`/`apply`/`status`/`remove --json` through the built CLI on a modelled Mac: the CLI runs
-// the pfctl MODEL's shim (scripts/pfctl-model/pfctl) in place of /sbin/pfctl, named by
+// the pfctl MODEL's shim (sim/pf/macos-tools/pfctl) in place of /sbin/pfctl, named by
 // EGRESSGUARD_PFCTL, on a model state file (a stock macOS host after boot). The root-namespace
 // guard stays on: the shim's command lines touch no firewall of this machine.
 const CASE = join(REPO, 'testdata/policies/valid/macos-runner-fleet');
@@ -42,9 +42,9 @@ writePfctlModelState(
 const macosState = join(dir, 'macos.json');
 writeMacosModelState(macosState, createMacosModelState());
 const env = {
-  [PFCTL_ENV]: join(REPO, 'scripts/pfctl-model/pfctl'),
+  [PFCTL_ENV]: join(REPO, 'sim/pf/macos-tools/pfctl'),
   [PFCTL_MODEL_STATE_ENV]: modelState,
-  [LAUNCHCTL_ENV]: join(REPO, 'scripts/pfctl-model/launchctl'),
+  [LAUNCHCTL_ENV]: join(REPO, 'sim/pf/macos-tools/launchctl'),
   [MACOS_MODEL_STATE_ENV]: macosState,
 };
 const common = [

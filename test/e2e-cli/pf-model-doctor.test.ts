@@ -2,21 +2,21 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
-import { createMacosHostModel } from '../../src/backends/pf/macos-host-model.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
+import { createMacosHostModel } from '../../sim/pf/macos-host-model.js';
 import {
   createMacosModelState,
   MACOS_MODEL_STATE_ENV,
   writeMacosModelState,
-} from '../../src/backends/pf/macos-model-shim.js';
-import { PFCTL_MODEL_STATE_ENV } from '../../src/backends/pf/pfctl-model-shim.js';
-import { writePfctlModelState } from '../../src/backends/pf/pfctl-model-store.js';
+} from '../../sim/pf/macos-model-shim.js';
+import { PFCTL_MODEL_STATE_ENV } from '../../sim/pf/pfctl-model-shim.js';
+import { writePfctlModelState } from '../../sim/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
 import { MACOS_TOOLS_ENV, readHostFacts } from '../../src/facts/index.js';
 import { REPO, runCli } from './run-cli.js';
 
 // `doctor --json` through the built CLI on a modelled Mac: pfctl is the pfctl MODEL's shim, and
-// ifconfig, netstat, route, sw_vers and uname are the macOS model's (scripts/pfctl-model/), so
+// ifconfig, netstat, route, sw_vers and uname are the macOS model's (sim/pf/macos-tools/), so
 // the host's facts are gathered as on macOS. Stock pf.conf fixtures, current and legacy.
 const CASE = join(REPO, 'testdata/policies/valid/macos-runner-fleet');
 const FIXTURES = join(REPO, 'src/backends/pf/fixtures');
@@ -77,9 +77,9 @@ async function doctor(
     ],
     {
       env: {
-        [PFCTL_ENV]: join(REPO, 'scripts/pfctl-model/pfctl'),
+        [PFCTL_ENV]: join(REPO, 'sim/pf/macos-tools/pfctl'),
         [PFCTL_MODEL_STATE_ENV]: pfState,
-        [MACOS_TOOLS_ENV]: join(REPO, 'scripts/pfctl-model'),
+        [MACOS_TOOLS_ENV]: join(REPO, 'sim/pf/macos-tools'),
         [MACOS_MODEL_STATE_ENV]: macosState,
         EGRESSGUARD_ROOTNS_GUARD: '1',
       },

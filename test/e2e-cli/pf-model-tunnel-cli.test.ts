@@ -3,31 +3,31 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
 import {
   createMacosHostModel,
   type MacosHostModel,
-} from '../../src/backends/pf/macos-host-model.js';
+} from '../../sim/pf/macos-host-model.js';
 import {
   createMacosModelState,
   MACOS_MODEL_STATE_ENV,
   readMacosModelState,
   writeMacosModelState,
-} from '../../src/backends/pf/macos-model-shim.js';
-import { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
-import { PFCTL_MODEL_STATE_ENV } from '../../src/backends/pf/pfctl-model-shim.js';
+} from '../../sim/pf/macos-model-shim.js';
+import { PfctlModel } from '../../sim/pf/pfctl-model.js';
+import { PFCTL_MODEL_STATE_ENV } from '../../sim/pf/pfctl-model-shim.js';
 import {
   readPfctlModelState,
   writePfctlModelState,
-} from '../../src/backends/pf/pfctl-model-store.js';
+} from '../../sim/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
 import { MACOS_TOOLS_ENV, readHostFacts } from '../../src/facts/index.js';
 import { REPO, runCli } from './run-cli.js';
 
 // The LaunchDaemons' own command lines (`units`) through the built CLI on a modelled Mac whose
 // VPN reconnects as another utun: pfctl is the pfctl MODEL's shim, ifconfig the macOS host
-// model's (scripts/pfctl-model/), both state files edited between the runs as the Mac would be.
+// model's (sim/pf/macos-tools/), both state files edited between the runs as the Mac would be.
 const CASE = join(REPO, 'testdata/policies/valid/macos-vpn-runner');
 const facts = readHostFacts(join(CASE, 'facts.json'));
 const dir = mkdtempSync(join(tmpdir(), 'eg-pf-tunnel-cli-'));
@@ -44,10 +44,10 @@ writePfctlModelState(
 );
 writeMacosModelState(macosState, createMacosModelState(createMacosHostModel(facts)));
 const env = {
-  [PFCTL_ENV]: join(REPO, 'scripts/pfctl-model/pfctl'),
+  [PFCTL_ENV]: join(REPO, 'sim/pf/macos-tools/pfctl'),
   [PFCTL_MODEL_STATE_ENV]: pfState,
   [MACOS_MODEL_STATE_ENV]: macosState,
-  [MACOS_TOOLS_ENV]: join(REPO, 'scripts/pfctl-model'),
+  [MACOS_TOOLS_ENV]: join(REPO, 'sim/pf/macos-tools'),
 };
 const stateDir = join(dir, 'state');
 // Not the default /var/lib/egressguard of the units: this machine's own.

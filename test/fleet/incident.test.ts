@@ -4,8 +4,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 // The pfctl MODEL's host and state file (pf cannot run here): test support, not the backend seam.
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
-import { writePfctlModelState } from '../../src/backends/pf/pfctl-model-store.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
+import { writePfctlModelState } from '../../sim/pf/pfctl-model-store.js';
 import { DEFAULT_ANCHOR } from '../../src/backends/pf/index.js';
 import { createHostIrBinder, type HostView } from '../../src/fleet/index.js';
 import { createRunner } from '../../src/runner/index.js';
@@ -140,7 +140,7 @@ describe.each(['sqlite', 'postgres'] as const)(
     };
     /** Runs one command line against the pfctl model of host-mac, as its agent's pfctl does. */
     const pfctlModel = (argv: string[]): string =>
-      execFileSync(join(REPO, 'scripts/pfctl-model/pfctl'), argv, {
+      execFileSync(join(REPO, 'sim/pf/macos-tools/pfctl'), argv, {
         env: { ...process.env, EGRESSGUARD_PFCTL_MODEL_STATE: pfState },
         encoding: 'utf8',
       });
@@ -272,7 +272,7 @@ describe.each(['sqlite', 'postgres'] as const)(
           '--facts',
           factsFile,
           '--pfctl',
-          join(REPO, 'scripts/pfctl-model/pfctl'),
+          join(REPO, 'sim/pf/macos-tools/pfctl'),
           '--pf-token-file',
           join(dir, 'pf-token.json'),
         ],

@@ -1,9 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  createKernelHarness,
-  DEFAULT_TABLE,
-  type KernelObserved,
-} from '../../src/backends/nftables/index.js';
+import { DEFAULT_TABLE } from '../../src/backends/nftables/index.js';
+import { createKernelHarness, type KernelObserved } from '../../sim/nftables/nft-kernel-harness.js';
 import { gatherFacts, type HostFacts } from '../../src/facts/index.js';
 import {
   createHostView,

@@ -2,17 +2,15 @@ import { existsSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  checkConformance,
-  generateBoundaryPackets,
-  type TestPacket,
-} from '../../src/backends/index.js';
+import { type TestPacket } from '../../src/backends/index.js';
+import { nftablesBackend } from '../../src/backends/nftables/index.js';
+import { generateBoundaryPackets } from '../../sim/conformance/boundary-packets.js';
+import { checkConformance } from '../../sim/conformance/conformance.js';
 import {
   createKernelHarness,
-  nftablesBackend,
   unsendableReason,
   type KernelObserved,
-} from '../../src/backends/nftables/index.js';
+} from '../../sim/nftables/nft-kernel-harness.js';
 import {
   createHostTarget,
   prepareForFacts,

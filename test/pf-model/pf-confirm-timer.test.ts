@@ -9,7 +9,7 @@ import {
 } from '../../src/apply/index.js';
 import { registry } from '../../src/backends/index.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
-import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
+import { LaunchctlModel } from '../../sim/pf/launchctl-model.js';
 import { lintLaunchdPlist, readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
 import { applyPrepared, hostContext } from '../../src/host/index.js';
 import { createPfModelHost, RUNNER_CASE, type PfModelHost } from './support.js';

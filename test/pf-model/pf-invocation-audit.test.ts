@@ -8,12 +8,12 @@ import {
   restoreGeneration,
   revertUnconfirmed,
 } from '../../src/apply/index.js';
-import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
+import { LaunchctlModel } from '../../sim/pf/launchctl-model.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
-import { readStockPfFiles } from '../../src/backends/pf/create-macos-pf-host.js';
+import { readStockPfFiles } from '../../sim/pf/create-macos-pf-host.js';
 import { PF_KILL_POINTS } from '../../src/backends/pf/pf-applier.js';
 import { DEFAULT_ANCHOR } from '../../src/backends/pf/pf-options.js';
-import { findForbiddenPfctlForms } from '../../src/backends/pf/pfctl-model.js';
+import { findForbiddenPfctlForms } from '../../sim/pf/pfctl-model.js';
 import { applyPrepared, hostContext, planPrepared } from '../../src/host/index.js';
 import { createPfModelHost, RUNNER_CASE, type PfModelHost } from './support.js';
 

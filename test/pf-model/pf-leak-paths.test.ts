@@ -2,10 +2,10 @@ import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { readStatus, revertUnconfirmed } from '../../src/apply/index.js';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
-import { LaunchctlModel } from '../../src/backends/pf/launchctl-model.js';
-import type { PfForwarding } from '../../src/backends/pf/pf-evaluator.js';
+import { LaunchctlModel } from '../../sim/pf/launchctl-model.js';
+import type { PfForwarding } from '../../sim/pf/pf-evaluator.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
 import { MACOS_TOOLS_ENV, readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {

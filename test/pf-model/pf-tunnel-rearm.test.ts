@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { createFirewallEngine } from '../../src/agent/index.js';
 import { readStatus, restoreGeneration, revertUnconfirmed } from '../../src/apply/index.js';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { pfBackend } from '../../src/backends/pf/index.js';
 import { formatAddress, parseIpv4 } from '../../src/core/index.js';
 import { BUNDLE_FORMAT, createHostIrBinder } from '../../src/fleet/index.js';

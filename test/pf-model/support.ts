@@ -1,17 +1,17 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createMacosPfHost } from '../../src/backends/pf/create-macos-pf-host.js';
-import { createPfctlModelRunner } from '../../src/backends/pf/pfctl-model-runner.js';
+import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
+import { createPfctlModelRunner } from '../../sim/pf/pfctl-model-runner.js';
 import {
   createMacosHostModel,
   type MacosHostModel,
-} from '../../src/backends/pf/macos-host-model.js';
+} from '../../sim/pf/macos-host-model.js';
 import {
   createMacosModelState,
   type MacosModelState,
-} from '../../src/backends/pf/macos-model-shim.js';
-import type { PfctlModel } from '../../src/backends/pf/pfctl-model.js';
+} from '../../sim/pf/macos-model-shim.js';
+import type { PfctlModel } from '../../sim/pf/pfctl-model.js';
 import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {
   createHostTarget,

@@ -13,7 +13,7 @@ import { loadPolicy } from '../../policy/index.js';
 import { emitChainsawFromPolicy } from './chainsaw-from-policy.js';
 import { createCiliumCompiler, MANIFESTS_ARTIFACT } from './cilium-compiler.js';
 import type { CiliumManifest, EgressPeerRule, NetworkPolicyRule } from './cilium-manifests.js';
-import { CiliumModel, type ModelPod } from './cilium-model.js';
+import { CiliumModel, type ModelPod } from '../../../sim/cilium/cilium-model.js';
 import {
   API_SERVICE,
   DNS_POD,
@@ -22,7 +22,7 @@ import {
   gatewayNetwork,
   type Steering,
   workerNode,
-} from './model-cluster.js';
+} from '../../../sim/cilium/model-cluster.js';
 
 /*
  * The generated chainsaw suite against a MODEL cluster (no cluster runs here): every test must

@@ -9,9 +9,9 @@ import {
   type AccessRule,
   type ModelResource,
   type Verb,
-} from './kube-api-model.js';
+} from '../../../sim/cilium/kube-api-model.js';
 import type { JsonValue } from './json-patch.js';
-import { testCiliumEndpoint as endpoint, testPod as pod } from './test-pods.js';
+import { testCiliumEndpoint as endpoint, testPod as pod } from '../../../sim/cilium/test-pods.js';
 
 // doctor --k8s through the front door: the cluster support reads kube-system/cilium-config and
 // the cilium DaemonSet from the MODEL of the API server (kube-api-model.ts) with

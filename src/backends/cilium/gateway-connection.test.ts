@@ -6,9 +6,9 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ClusterConnection, ClusterDuty } from '../backend.js';
 import { createGatewayConnection } from './gateway-connection.js';
-import { startKubeApiModel, type AccessRule, type KubeApiModel } from './kube-api-model.js';
+import { startKubeApiModel, type AccessRule, type KubeApiModel } from '../../../sim/cilium/kube-api-model.js';
 import { createKubeClient } from './kube-client.js';
-import { testCiliumEndpoint, testPod } from './test-pods.js';
+import { testCiliumEndpoint, testPod } from '../../../sim/cilium/test-pods.js';
 
 // The resident's end-to-end tunnel signal: a request to the echo service beyond the tunnel must
 // come back from the tunnel's exit. Here the echo service is a real HTTP server on loopback that

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CoreV1Api, KubeConfig } from '@kubernetes/client-node';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { startKubeApiModel, type KubeApiModel } from './kube-api-model.js';
+import { startKubeApiModel, type KubeApiModel } from '../../../sim/cilium/kube-api-model.js';
 import { createKubeClient } from './kube-client.js';
 
 // The client through the front door, against the MODEL of the API server over HTTPS.

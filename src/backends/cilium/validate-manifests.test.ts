@@ -3,7 +3,7 @@ import {
   denyAllClusterwidePolicy,
   vpnEgressGatewayPolicy,
   vpnNetworkPolicy,
-} from './test-manifests.js';
+} from '../../../sim/cilium/test-manifests.js';
 import { type ManifestProblemCode, validateManifests } from './validate-manifests.js';
 
 function codes(objects: readonly unknown[], ciliumVersion?: string): ManifestProblemCode[] {

@@ -615,3 +615,19 @@ function resolveHosts(
   }
   return out;
 }
+
+/**
+ * The direct children of an anchor, sorted as pf's RB tree of anchor names sorts them (strcmp:
+ * byte order), so `200.AirDrop` comes before `250.egressguard` (pf.conf.5:2562-2565).
+ */
+export function listChildAnchors(paths: Iterable<string>, parent: string): string[] {
+  const children = new Set<string>();
+  const prefix = parent === '' ? '' : `${parent}/`;
+  for (const path of paths) {
+    if (path === '' || !path.startsWith(prefix) || path === parent) continue;
+    const rest = path.slice(prefix.length);
+    const first = rest.split('/')[0] ?? '';
+    if (first !== '') children.add(prefix + first);
+  }
+  return [...children].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}

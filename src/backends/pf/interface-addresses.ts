@@ -1,4 +1,4 @@
-import type { Family, Prefix } from '../../core/index.js';
+import { parseAddress, type Family, type Prefix } from '../../core/index.js';
 
 /** One address of a host interface, host bits kept (`192.168.64.1/22`). */
 export interface PfInterfaceAddress {
@@ -130,4 +130,26 @@ export function maskPrefix(prefix: Prefix, bits: number): Prefix {
     length,
     hadHostBits: false,
   };
+}
+
+/** Interfaces and their addresses as text (`192.168.64.1/22`; no length: a host address). */
+export function parseInterfaceAddresses(
+  interfaces: Readonly<Record<string, readonly string[]>>,
+): Map<string, PfInterfaceAddress[]> {
+  const map = new Map<string, PfInterfaceAddress[]>();
+  for (const [name, addresses] of Object.entries(interfaces)) {
+    const parsed: PfInterfaceAddress[] = [];
+    for (const text of addresses) {
+      const [address = '', length] = text.split('/');
+      const value = parseAddress(address);
+      if (value === undefined) continue;
+      parsed.push({
+        family: value.family,
+        value: value.value,
+        length: length === undefined ? (value.family === 4 ? 32 : 128) : Number(length),
+      });
+    }
+    map.set(name, parsed);
+  }
+  return map;
 }

@@ -111,13 +111,11 @@ async function bootOut(runner: Runner, launchctl: string, timer: ScheduledTimer)
 }
 
 /**
- * How a launchctl command line acts: `offline` for the launchctl MODEL's shim (it loads nothing
- * on this machine: launchctl-model.ts), `read` for `print`/`list`/`version`, else `change`.
- * Undefined when the program is not launchctl.
+ * How a launchctl command line acts: `read` for `print`/`list`/`version`, else `change`, whatever
+ * the program's path. Undefined when the program is not launchctl.
  */
 export function classifyLaunchctlCommand(argv: readonly string[]): CommandClass | undefined {
   const program = argv[0] ?? '';
   if (program.split('/').pop() !== 'launchctl') return undefined;
-  if (/(^|\/)pfctl-model\/launchctl$/.test(program)) return 'offline';
   return ['print', 'list', 'version', 'blame'].includes(argv[1] ?? '') ? 'read' : 'change';
 }

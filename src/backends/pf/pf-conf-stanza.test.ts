@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readStockPfFiles } from './create-macos-pf-host.js';
+import { readStockPfFiles } from '../../../sim/pf/create-macos-pf-host.js';
 import { parsePfConf } from './parse-pf-conf.js';
 import {
   installPfConfStanza,

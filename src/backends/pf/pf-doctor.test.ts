@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { readStockPfFiles } from './create-macos-pf-host.js';
+import { readStockPfFiles } from '../../../sim/pf/create-macos-pf-host.js';
 import { STANZA_BEGIN, STANZA_END } from './pf-conf-stanza.js';
 import { diagnosePf, type PfDoctorSnapshot } from './pf-doctor.js';
 import { parsePfOptions } from './pf-options.js';

@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { parseIpv4 } from '../../core/index.js';
-import { bootMacosPfHost, createMacosPfHost, readStockPfFiles } from './create-macos-pf-host.js';
-import { PFCTL_LOAD_WARNING, type PfctlModel } from './pfctl-model.js';
+import {
+  bootMacosPfHost,
+  createMacosPfHost,
+  readStockPfFiles,
+} from '../../../sim/pf/create-macos-pf-host.js';
+import { PFCTL_LOAD_WARNING, type PfctlModel } from '../../../sim/pf/pfctl-model.js';
 
 // The seed incident (DESIGN.md §1A), replayed against the pfctl model. The old installer put an
 // anchor with tables into /etc/pf.anchors/egressguard, hooked it into /etc/pf.conf with

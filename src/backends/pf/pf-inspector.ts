@@ -11,12 +11,11 @@ import type {
   LiveState,
   LiveTunnel,
 } from '../backend.js';
-import { loadPfConfText } from './expand-pf-rules.js';
+import { listChildAnchors, loadPfConfText } from './expand-pf-rules.js';
 import { formatPrefix } from './format-pf-rule.js';
 import { ANCHOR_ARTIFACT, HASH_LABEL_PREFIXES, SOURCE_TABLE_PREFIX } from './pf-compiler.js';
 import { findPfConfStanzas } from './pf-conf-stanza.js';
 import type { PfOptions } from './pf-options.js';
-import { listChildAnchors } from './pf-evaluator.js';
 import {
   parseReferenceTokens,
   parseShownRules,

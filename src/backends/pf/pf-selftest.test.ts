@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { parseIpv4 } from '../../core/index.js';
 import type { HostFacts } from '../../facts/index.js';
-import { createMacosPfHost, readStockPfFiles } from './create-macos-pf-host.js';
-import type { PfctlModel } from './pfctl-model.js';
+import { createMacosPfHost, readStockPfFiles } from '../../../sim/pf/create-macos-pf-host.js';
+import type { PfctlModel } from '../../../sim/pf/pfctl-model.js';
 import { createPfSelftest, SELFTEST_ANCHOR } from './pf-selftest.js';
-import { createPfctlModelRunner } from './pfctl-model-runner.js';
-import { findForbiddenPfctlForms } from './pfctl-model.js';
+import { createPfctlModelRunner } from '../../../sim/pf/pfctl-model-runner.js';
+import { findForbiddenPfctlForms } from '../../../sim/pf/pfctl-model.js';
 
 const LOOPBACK = parseIpv4('127.0.0.1') as number;
 

@@ -3,7 +3,11 @@ import { gatherInterfaces, type HostFacts } from '../../facts/index.js';
 import type { BackendContext, SelftestCheck, SelftestSupport } from '../backend.js';
 import { killClassStates } from './pf-applier.js';
 import { parsePfOptions } from './pf-options.js';
-import { createPfctlModelState, PfctlModel } from './pfctl-model.js';
+import { loadPfConfText } from './expand-pf-rules.js';
+import { formatPfRule } from './format-pf-rule.js';
+import { parseInterfaceAddresses } from './interface-addresses.js';
+import { formatPfConfProblems } from './parse-pf-conf.js';
+import { optimizeFilterRuleset } from './pfctl-optimize.js';
 import {
   createPfctl,
   parseEnableToken,
@@ -24,7 +28,7 @@ const PROBE_PORT = 9; // discard (RFC 863): nothing answers, nothing is harmed
  * pfctl's default optimizer merges into a table (pfctl_optimize.c combine_rules). Every address
  * but loopback's is a documentation one (RFC 5737): nothing real matches.
  */
-const SCRATCH = `table <egst_table> { 192.0.2.0/24, 198.51.100.7 }
+export const SCRATCH = `table <egst_table> { 192.0.2.0/24, 198.51.100.7 }
 scrub in on lo0 all fragment reassemble
 nat on lo0 inet from 192.0.2.1 to 192.0.2.2 -> (lo0:0)
 pass out quick on lo0 inet proto udp from any to 127.0.0.1 port ${PROBE_PORT} keep state label "egst-probe"
@@ -281,9 +285,34 @@ async function checkRouteTo(
 }
 
 /**
- * `pfctl -vsr` of the scratch anchor against what the pfctl model predicts for this Mac: the
- * model loaded with this Mac's interfaces expands `self` and lists and runs the optimizer as
- * pfctl does (pfctl-model.ts, pfctl-optimize.ts); the rule count per label must match.
+ * The rules `pfctl -a ANCHOR -vsr` shows (scrub, then filter) after loading `text` into an anchor
+ * on a Mac with these interfaces, as the pfctl model loads it: `self` and lists expanded and
+ * frozen at load (expand-pf-rules.ts), then pfctl's default optimizer (pfctl-optimize.ts).
+ * The pfctl model's `-a ANCHOR -f -` and `-vsr` print the same rules (its tests say so).
+ */
+export function predictShownRules(
+  text: string,
+  anchor: string,
+  interfaces: Readonly<Record<string, readonly string[]>>,
+): { rules: string } | { problems: string } {
+  const loaded = loadPfConfText(text, {
+    file: 'stdin',
+    anchorPath: anchor,
+    interfaces: parseInterfaceAddresses(interfaces),
+    interfacesComplete: true,
+  });
+  if (loaded.load === null) return { problems: formatPfConfProblems(loaded.problems) };
+  const { rulesets } = optimizeFilterRuleset(loaded.load.rulesets, {
+    noAction: false,
+    counter: { next: 0 },
+  });
+  const shown = [...rulesets.scrub, ...rulesets.filter].map((r) => `${formatPfRule(r)}\n`);
+  return { rules: shown.join('') };
+}
+
+/**
+ * `pfctl -vsr` of the scratch anchor against what the pfctl model predicts for this Mac
+ * (predictShownRules, with this Mac's interfaces): the rule count per label must match.
  */
 async function compareWithModel(
   context: BackendContext,
@@ -306,17 +335,16 @@ async function compareWithModel(
     );
     return;
   }
-  const model = new PfctlModel(
-    createPfctlModelState({
-      interfaces: Object.fromEntries(interfaces.map((i) => [i.name, [...i.addresses]])),
-    }),
+  const predicted = predictShownRules(
+    SCRATCH,
+    SELFTEST_ANCHOR,
+    Object.fromEntries(interfaces.map((i) => [i.name, i.addresses])),
   );
-  const loaded = model.run(['-a', SELFTEST_ANCHOR, '-f', '-'], { stdin: SCRATCH });
-  if (loaded.exitCode !== 0) {
+  if ('problems' in predicted) {
     check(
       'counts as the model predicts',
       false,
-      `the model refuses the scratch anchor: ${loaded.stderr.trim()}`,
+      `the model refuses the scratch anchor: ${predicted.problems.trim()}`,
       assumption,
     );
     return;
@@ -329,17 +357,17 @@ async function compareWithModel(
     }
     return counts;
   };
-  const predicted = count(model.run(['-a', SELFTEST_ANCHOR, '-v', '-s', 'rules']).stdout);
+  const model = count(predicted.rules);
   const live = count(shown);
-  const keys = [...new Set([...predicted.keys(), ...live.keys()])].sort();
-  const differing = keys.filter((k) => predicted.get(k) !== live.get(k));
+  const keys = [...new Set([...model.keys(), ...live.keys()])].sort();
+  const differing = keys.filter((k) => model.get(k) !== live.get(k));
   check(
     'counts as the model predicts',
     differing.length === 0,
     keys
       .map(
         (k) =>
-          `${k} ${live.get(k) ?? 0}${predicted.get(k) === live.get(k) ? '' : ` (model: ${predicted.get(k) ?? 0})`}`,
+          `${k} ${live.get(k) ?? 0}${model.get(k) === live.get(k) ? '' : ` (model: ${model.get(k) ?? 0})`}`,
       )
       .join(', '),
     assumption,

@@ -1,12 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { classifyCommand } from '../../runner/index.js';
+import { isEgressguardError } from '../../core/index.js';
+import { classifyCommand, createRunner } from '../../runner/index.js';
 import {
   classifyPfctlCommand,
   parseEnableToken,
   parseReferenceTokens,
   parseShownRules,
 } from './pfctl-command.js';
-import { createMacosPfHost } from './create-macos-pf-host.js';
+import { createMacosPfHost } from '../../../sim/pf/create-macos-pf-host.js';
+import { PFCTL_MODEL_SHIM } from '../../../sim/pf/macos-model-tools.js';
+import { pfBackend } from './pf-backend.js';
 
 const A = 'com.apple/250.egressguard';
 
@@ -23,10 +26,34 @@ describe('classifyPfctlCommand (the root-namespace guard)', () => {
     [['/sbin/pfctl', '-k', '192.168.64.0/22'], 'change'],
     [['/sbin/pfctl', '-a', A, '-t', 'eg_x', '-T', 'add', '10.0.0.1'], 'change'],
     [['pfctl', '-d'], 'change'],
-    [['/repo/scripts/pfctl-model/pfctl', '-a', A, '-f', '-'], 'offline'],
+    // A model's shim is a pfctl like any other here: only the runner's injected models say not.
+    [['/repo/sim/pf/macos-tools/pfctl', '-a', A, '-f', '-'], 'change'],
   ] as const)('%j is %s', (argv, expected) => {
     expect(classifyPfctlCommand(argv)).toBe(expected);
     expect(classifyCommand(argv, undefined, [classifyPfctlCommand])).toBe(expected);
+  });
+
+  it('under the guard, refuses a real pfctl change and lets only the model the tests name act', async () => {
+    const classifiers = pfBackend.classifyCommand === undefined ? [] : [pfBackend.classifyCommand];
+    const runner = createRunner({ guard: true, classifiers, models: [PFCTL_MODEL_SHIM] });
+    for (const pfctl of ['/sbin/pfctl', 'pfctl', '/elsewhere/sim/pf/macos-tools/pfctl']) {
+      await expect(
+        runner.run([pfctl, '-a', A, '-f', '-'], { effect: 'change', input: '' }),
+      ).rejects.toSatisfy((e: unknown) => isEgressguardError(e) && e.code === 'rootns-guard');
+    }
+    expect(runner.invocations).toHaveLength(0);
+    // The model's shim runs (no state file named: it says so and exits 2).
+    const model = await runner.run([PFCTL_MODEL_SHIM, '-a', A, '-f', '-'], {
+      effect: 'change',
+      input: '',
+      allowFailure: true,
+    });
+    expect(model.stderr).toContain('EGRESSGUARD_PFCTL_MODEL_STATE is not set');
+    // With no models named, the guard refuses the shim as it refuses pfctl.
+    const bare = createRunner({ guard: true, classifiers, models: [] });
+    await expect(
+      bare.run([PFCTL_MODEL_SHIM, '-a', A, '-f', '-'], { effect: 'change', input: '' }),
+    ).rejects.toSatisfy((e: unknown) => isEgressguardError(e) && e.code === 'rootns-guard');
   });
 
   it('leaves other tools alone', () => {

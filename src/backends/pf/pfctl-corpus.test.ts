@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadPfConfText } from './expand-pf-rules.js';
 import { formatPfRule } from './format-pf-rule.js';
-import { createPfctlModelState, PfctlModel } from './pfctl-model.js';
+import { createPfctlModelState, PfctlModel } from '../../../sim/pf/pfctl-model.js';
 import { PF_RULESET_NAMES } from './pf-rules.js';
 
 // The pfctl model against FreeBSD's pfctl regression corpus (testdata/pfctl-corpus, BSD licence

@@ -13,8 +13,8 @@ import {
   type ModelResource,
   type ModelUser,
   type Verb,
-} from '../../../src/backends/cilium/kube-api-model.js';
-import { vpnEgressGatewayPolicy } from '../../../src/backends/cilium/test-manifests.js';
+} from '../../../sim/cilium/kube-api-model.js';
+import { vpnEgressGatewayPolicy } from '../../../sim/cilium/test-manifests.js';
 
 /**
  * A cluster for the gateway resident: the MODEL of the Kubernetes API server
