@@ -6,10 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { PfctlModel } from '../../sim/pf/pfctl-model.js';
 import { PFCTL_MODEL_STATE_ENV } from '../../sim/pf/pfctl-model-shim.js';
-import {
-  readPfctlModelState,
-  writePfctlModelState,
-} from '../../sim/pf/pfctl-model-store.js';
+import { readPfctlModelState, writePfctlModelState } from '../../sim/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
 import { LAUNCHCTL_ENV } from '../../src/backends/pf/launchd-confirm-timer.js';
 import { LaunchctlModel } from '../../sim/pf/launchctl-model.js';

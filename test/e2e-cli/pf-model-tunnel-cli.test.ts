@@ -5,10 +5,7 @@ import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { readLaunchDaemonPlist } from '../../src/backends/pf/launchd-plist.js';
-import {
-  createMacosHostModel,
-  type MacosHostModel,
-} from '../../sim/pf/macos-host-model.js';
+import { createMacosHostModel, type MacosHostModel } from '../../sim/pf/macos-host-model.js';
 import {
   createMacosModelState,
   MACOS_MODEL_STATE_ENV,
@@ -17,10 +14,7 @@ import {
 } from '../../sim/pf/macos-model-shim.js';
 import { PfctlModel } from '../../sim/pf/pfctl-model.js';
 import { PFCTL_MODEL_STATE_ENV } from '../../sim/pf/pfctl-model-shim.js';
-import {
-  readPfctlModelState,
-  writePfctlModelState,
-} from '../../sim/pf/pfctl-model-store.js';
+import { readPfctlModelState, writePfctlModelState } from '../../sim/pf/pfctl-model-store.js';
 import { PFCTL_ENV } from '../../src/backends/pf/pf-options.js';
 import { MACOS_TOOLS_ENV, readHostFacts } from '../../src/facts/index.js';
 import { REPO, runCli } from './run-cli.js';

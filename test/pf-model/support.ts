@@ -3,14 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createMacosPfHost } from '../../sim/pf/create-macos-pf-host.js';
 import { createPfctlModelRunner } from '../../sim/pf/pfctl-model-runner.js';
-import {
-  createMacosHostModel,
-  type MacosHostModel,
-} from '../../sim/pf/macos-host-model.js';
-import {
-  createMacosModelState,
-  type MacosModelState,
-} from '../../sim/pf/macos-model-shim.js';
+import { createMacosHostModel, type MacosHostModel } from '../../sim/pf/macos-host-model.js';
+import { createMacosModelState, type MacosModelState } from '../../sim/pf/macos-model-shim.js';
 import type { PfctlModel } from '../../sim/pf/pfctl-model.js';
 import { readHostFacts, type HostFacts } from '../../src/facts/index.js';
 import {

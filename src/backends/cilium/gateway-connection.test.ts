@@ -6,7 +6,11 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ClusterConnection, ClusterDuty } from '../backend.js';
 import { createGatewayConnection } from './gateway-connection.js';
-import { startKubeApiModel, type AccessRule, type KubeApiModel } from '../../../sim/cilium/kube-api-model.js';
+import {
+  startKubeApiModel,
+  type AccessRule,
+  type KubeApiModel,
+} from '../../../sim/cilium/kube-api-model.js';
 import { createKubeClient } from './kube-client.js';
 import { testCiliumEndpoint, testPod } from '../../../sim/cilium/test-pods.js';
 
