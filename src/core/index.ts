@@ -21,3 +21,4 @@ export { createStepTimer, type StepTimer, type StepTimings } from './step-timer.
 export { readBuildInfo, VERSION, type BuildInfo } from './version.js';
 export { systemdCommandLine, systemdEnvironment, systemdQuote } from './systemd-quote.js';
 export { createPcapReader, type PcapReader, type PcapRecord } from './pcap-reader.js';
+export { escapeXml } from './escape-xml.js';
