@@ -3,7 +3,8 @@ export { planGeneration } from './plan-generation.js';
 export { readStatus, type Condition, type HostStatus } from './read-status.js';
 export { removeGeneration } from './remove-generation.js';
 export { restoreGeneration, type RestoreOutcome } from './restore-generation.js';
-export { revertUnconfirmed, type RevertOutcome } from './revert-generation.js';
+export { revertUnconfirmed } from './revert-generation.js';
+export type { RevertOutcome } from './revert-record.js';
 export { FILES, readGeneration, type Generation, type Attempt } from './generation.js';
 export {
   confirmGeneration,

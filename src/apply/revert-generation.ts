@@ -1,4 +1,4 @@
-import type { Backend, BackendOptions, LiveProblem } from '../backends/index.js';
+import type { Backend, BackendOptions } from '../backends/index.js';
 import { EgressguardError } from '../core/index.js';
 import type { Runner } from '../runner/index.js';
 import { acquireHostLockWaiting, type StateDir } from '../state/index.js';
@@ -15,19 +15,7 @@ import {
 import { findMovedTunnels } from './moved-tunnels.js';
 import { recordFingerprint } from './record-fingerprint.js';
 import { removeOwned } from './remove-generation.js';
-import { recordRevert } from './revert-record.js';
-
-/** What the revert of an unconfirmed generation did. */
-export type RevertOutcome =
-  | {
-      readonly kind: 'reverted';
-      readonly generation: number;
-      readonly restored: number;
-      readonly deferred: readonly LiveProblem[];
-    }
-  | { readonly kind: 'removed'; readonly generation: number; readonly removed: readonly string[] }
-  | { readonly kind: 'lockdown'; readonly generation: number; readonly reason: string }
-  | { readonly kind: 'nothing'; readonly generation: number; readonly reason: string };
+import { recordRevert, type RevertOutcome } from './revert-record.js';
 
 const REVERT_LOCK_WAIT_MS = 60_000;
 

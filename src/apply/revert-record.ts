@@ -1,7 +1,19 @@
+import type { LiveProblem } from '../backends/index.js';
 import type { StateDir } from '../state/index.js';
 import type { PendingConfirm } from './confirm-timer.js';
 import { FILES, removeFile, writeJson } from './generation.js';
-import type { RevertOutcome } from './revert-generation.js';
+
+/** What the revert of an unconfirmed generation did. */
+export type RevertOutcome =
+  | {
+      readonly kind: 'reverted';
+      readonly generation: number;
+      readonly restored: number;
+      readonly deferred: readonly LiveProblem[];
+    }
+  | { readonly kind: 'removed'; readonly generation: number; readonly removed: readonly string[] }
+  | { readonly kind: 'lockdown'; readonly generation: number; readonly reason: string }
+  | { readonly kind: 'nothing'; readonly generation: number; readonly reason: string };
 
 /**
  * The last generation applied with `--confirm-within` that was reverted because nobody confirmed

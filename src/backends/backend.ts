@@ -377,11 +377,13 @@ export interface DoctorSupport {
   }): Promise<DoctorReport & Readonly<Record<string, unknown>>>;
 }
 
-/** A packet the backend dropped or audited, mapped back to the policy. */
+/** A packet the backend dropped or audited, mapped back to the policy, as `drops` prints it. */
 export interface DropRecord {
+  /** ISO 8601, from the capture. */
   readonly time: string;
   readonly action: 'drop' | 'audit';
   readonly rule: string;
+  /** The class the rule belongs to; null when neither the rule id nor the policy says. */
   readonly class: string | null;
   readonly hook: string | null;
   readonly in: string | null;
@@ -389,9 +391,12 @@ export interface DropRecord {
   readonly family: 4 | 6 | null;
   readonly src: string | null;
   readonly dst: string | null;
+  /** tcp, udp, icmp, icmpv6, sctp, … or the protocol number. */
   readonly protocol: string | null;
+  /** Destination port (tcp, udp, sctp, udplite). */
   readonly port: number | null;
   readonly sourcePort: number | null;
+  /** ICMP or ICMPv6 type and code. */
   readonly icmp: { readonly type: number; readonly code: number } | null;
 }
 

@@ -32,3 +32,21 @@ export function printJson(output: Output, value: unknown): void {
 export function progress(output: Output, message: string): void {
   if (process.stderr.isTTY) output.err.write(`${paint(output, 'dim', message)}\n`);
 }
+
+/** Columns padded to their widest cell; `indent` starts every line, `headerStyle` paints the header. */
+export function printTable(
+  output: Output,
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+  options: { readonly indent?: string; readonly headerStyle?: keyof typeof CODES } = {},
+): void {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const format = (cells: readonly string[]): string =>
+    `${options.indent ?? ''}${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ')}`.trimEnd();
+  const head = format(header);
+  printLine(
+    output,
+    options.headerStyle === undefined ? head : paint(output, options.headerStyle, head),
+  );
+  for (const row of rows) printLine(output, format(row));
+}

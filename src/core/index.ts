@@ -19,5 +19,6 @@ export { createRandom } from './random.js';
 export { packagePath } from './package-path.js';
 export { createStepTimer, type StepTimer, type StepTimings } from './step-timer.js';
 export { readBuildInfo, VERSION, type BuildInfo } from './version.js';
-export { systemdQuote } from './systemd-quote.js';
+export { systemdCommandLine, systemdEnvironment, systemdQuote } from './systemd-quote.js';
 export { createPcapReader, type PcapReader, type PcapRecord } from './pcap-reader.js';
+export { escapeXml } from './escape-xml.js';

@@ -30,21 +30,7 @@ export function evaluateProbes(
         port: probe.port,
       });
       const explanation = evaluatePacket(ir, host, packet, { tunnel: probe.tunnel });
-      const mismatches: string[] = [];
-      if (explanation.verdict !== probe.expect) {
-        mismatches.push(
-          `expected ${probe.expect}, the policy gives ${explanation.verdict} (decided by ${explanation.decidedBy.kind}${explanation.decidedBy.id === null ? '' : ` "${explanation.decidedBy.id}"`})`,
-        );
-      }
-      if (
-        probe.via !== undefined &&
-        explanation.verdict === 'allow' &&
-        explanation.via !== probe.via
-      ) {
-        mismatches.push(
-          `expected to leave by "${probe.via}", leaves by "${explanation.via ?? 'nothing'}"`,
-        );
-      }
+      const mismatches = routeMismatches(probe, explanation, (via) => `"${via ?? 'nothing'}"`);
       if (
         probe.egress !== undefined &&
         explanation.verdict === 'allow' &&
@@ -109,22 +95,31 @@ export function evaluatePodProbes(
         },
         state: { tunnel: probe.tunnel },
       });
-      const mismatches: string[] = [];
-      if (explanation.verdict !== probe.expect) {
-        mismatches.push(
-          `expected ${probe.expect}, the policy gives ${explanation.verdict} (decided by ${explanation.decidedBy.kind}${explanation.decidedBy.id === null ? '' : ` "${explanation.decidedBy.id}"`})`,
-        );
-      }
-      if (
-        probe.via !== undefined &&
-        explanation.verdict === 'allow' &&
-        explanation.via !== probe.via
-      ) {
-        mismatches.push(
-          `expected to leave by "${probe.via}", leaves by ${explanation.via === null ? "the pod's own node" : `"${explanation.via}"`}`,
-        );
-      }
+      const mismatches = routeMismatches(probe, explanation, (via) =>
+        via === null ? "the pod's own node" : `"${via}"`,
+      );
       return { requirement: requirement.id, probe, explanation, mismatches };
     }),
   );
+}
+
+/** Where the evaluator and a probe disagree on the verdict or, when allowed, the way out. */
+function routeMismatches(
+  probe: Pick<Probe, 'expect' | 'via'>,
+  explanation: Explanation,
+  describeVia: (via: string | null) => string,
+): string[] {
+  const mismatches: string[] = [];
+  const { verdict, decidedBy } = explanation;
+  if (verdict !== probe.expect) {
+    mismatches.push(
+      `expected ${probe.expect}, the policy gives ${verdict} (decided by ${decidedBy.kind}${decidedBy.id === null ? '' : ` "${decidedBy.id}"`})`,
+    );
+  }
+  if (probe.via !== undefined && verdict === 'allow' && explanation.via !== probe.via) {
+    mismatches.push(
+      `expected to leave by "${probe.via}", leaves by ${describeVia(explanation.via)}`,
+    );
+  }
+  return mismatches;
 }

@@ -333,17 +333,23 @@ interface ClassContext {
   readonly ruleIds: Map<string, string>;
 }
 
+function checkClassName(
+  name: string,
+  at: { readonly collector: IssueCollector; readonly path: Path },
+): void {
+  if (NAME_PATTERN.test(name)) return;
+  at.collector.atKey(
+    at.path,
+    'invalid-value',
+    `Class name "${name}" is not valid: use lowercase letters, digits and "-", starting with a letter, at most 31 characters`,
+  );
+}
+
 function resolveClass(part: ClassPart, ctx: ClassContext): PolicyClass {
   const { collector } = ctx;
   const { name, definition: def } = part;
   const path: Path = ['classes', name];
-  if (!NAME_PATTERN.test(name)) {
-    collector.atKey(
-      path,
-      'invalid-value',
-      `Class name "${name}" is not valid: use lowercase letters, digits and "-", starting with a letter, at most 31 characters`,
-    );
-  }
+  checkClassName(name, { collector, path });
   const ingress = def.ingress ?? [];
   if (def.origin === 'forwarded' && ingress.length === 0) {
     collector.atKey(
@@ -917,13 +923,7 @@ function resolvePodClass(
   const { collector } = ctx;
   const { name, definition: def } = part;
   const path: Path = ['classes', name];
-  if (!NAME_PATTERN.test(name)) {
-    collector.atKey(
-      path,
-      'invalid-value',
-      `Class name "${name}" is not valid: use lowercase letters, digits and "-", starting with a letter, at most 31 characters`,
-    );
-  }
+  checkClassName(name, { collector, path });
   // Fields that select or treat packets on a host: the pod network selects pods by identity,
   // masquerades by itself, and no node firewall sees pod traffic (eBPF host routing).
   const hostFields: [string, boolean][] = [

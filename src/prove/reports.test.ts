@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ProofReport } from './prove.js';
-import { renderJunit, renderSummary, xml } from './reports.js';
+import { renderJunit, renderSummary } from './reports.js';
 
 const report: ProofReport = {
   format: 'egressguard/proof/v1',
@@ -82,10 +82,6 @@ const report: ProofReport = {
 };
 
 describe('reports', () => {
-  it('escapes XML attributes and drops characters XML cannot carry', () => {
-    expect(xml(`a<b>&"c"'\u0001\n`)).toBe('a&lt;b&gt;&amp;&quot;c&quot;&apos;&#10;');
-  });
-
   it('writes JUnit with the requirement id as a property and the failing layer as the type', () => {
     const junit = renderJunit(report, { strict: false });
     expect(junit).toContain('<property name="requirement" value="R-&lt;1&gt;&amp;&quot;2&quot;"/>');

@@ -1,3 +1,4 @@
+import { escapeXml as xml } from '../core/index.js';
 import type { ProbeJudgement } from './oracles.js';
 import type { ProofReport } from './prove.js';
 import type { ScenarioResult } from './scenario.js';
@@ -333,18 +334,6 @@ function suite(name: string, cases: readonly string[], ms: number): string {
 
 function property(name: string, value: string): string {
   return `<property name="${xml(name)}" value="${xml(value)}"/>`;
-}
-
-/** Escapes text for an XML attribute; drops characters XML 1.0 cannot carry at all. */
-export function xml(text: string): string {
-  return text
-    .replace(/[^\t\n\r\u0020-\uD7FF\uE000-\uFFFD\u{10000}-\u{10FFFF}]/gu, '')
-    .replace(/&/g, '&amp;')
-    .replace(/</g, '&lt;')
-    .replace(/>/g, '&gt;')
-    .replace(/"/g, '&quot;')
-    .replace(/'/g, '&apos;')
-    .replace(/\n/g, '&#10;');
 }
 
 function seconds(ms: number): string {

@@ -1,4 +1,4 @@
-import { systemdQuote } from '../core/index.js';
+import { systemdCommandLine } from '../core/index.js';
 
 /** What `server --print-unit` prints: the service, or the sysusers.d entry of its user. */
 export type ServerUnitKind = 'systemd' | 'sysusers';
@@ -60,7 +60,6 @@ export function renderServerUnit(
       content: `# /etc/sysusers.d/egressguard-server.conf: the egressguard controller's own user (systemd-sysusers)\nu ${SERVER_USER} - "egressguard fleet controller" ${SERVER_STATE_DIR} /usr/sbin/nologin\n`,
     };
   }
-  const argv = [input.node, input.bin, 'server', ...input.args];
   const privilegedPort = input.port > 0 && input.port < 1024;
   return {
     name: 'egressguard-server.service',
@@ -75,7 +74,7 @@ export function renderServerUnit(
       'Type=simple',
       `User=${SERVER_USER}`,
       `Group=${SERVER_USER}`,
-      `ExecStart=${argv.map(systemdQuote).join(' ')}`,
+      `ExecStart=${systemdCommandLine(input.node, [input.bin, 'server', ...input.args])}`,
       'Restart=on-failure',
       'RestartSec=2',
       // SIGTERM ends long polls and writes the check-ins held in memory.

@@ -1,28 +1,6 @@
 import { createPcapReader, EgressguardError, formatIpv4, formatIpv6 } from '../../core/index.js';
-import { DLT_NFLOG, parseNflog, type NetfilterHook, type NflogPacket } from './nflog.js';
-
-/** One audited or dropped packet, as `egressguard drops` prints it. */
-export interface DropRecord {
-  /** ISO 8601, from the capture. */
-  readonly time: string;
-  readonly action: 'drop' | 'audit';
-  /** The class the rule belongs to; null when neither the id nor the policy says. */
-  readonly class: string | null;
-  readonly rule: string;
-  readonly family: 4 | 6 | null;
-  readonly src: string | null;
-  readonly dst: string | null;
-  /** tcp, udp, icmp, icmpv6, sctp, … or the protocol number. */
-  readonly protocol: string | null;
-  /** Destination port (tcp, udp, sctp, udplite). */
-  readonly port: number | null;
-  readonly sourcePort: number | null;
-  /** ICMP or ICMPv6 type and code. */
-  readonly icmp: { readonly type: number; readonly code: number } | null;
-  readonly hook: NetfilterHook | null;
-  readonly in: string | null;
-  readonly out: string | null;
-}
+import type { DropRecord } from '../backend.js';
+import { DLT_NFLOG, parseNflog, type NflogPacket } from './nflog.js';
 
 /** What turns a log message into a record: rule id → class, ifindex → name. */
 export interface DropContext {

@@ -1,4 +1,4 @@
-import type { DoctorFinding } from './nft-doctor.js';
+import type { DoctorFinding } from './nft-doctor-snapshot.js';
 
 /** A base chain of another table on a hook our table uses (or that drops before routing). */
 export interface ForeignChain {

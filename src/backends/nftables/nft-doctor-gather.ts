@@ -1,11 +1,7 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import type { CommandResult, Runner } from '../../runner/index.js';
-import type { DoctorSnapshot, TcFilterListing } from './nft-doctor.js';
-import {
-  NETWORKD_DROP_IN_DIRS,
-  orderNetworkdConfig,
-  type NetworkdState,
-} from './nft-doctor-networkd.js';
+import { NETWORKD_DROP_IN_DIRS, orderNetworkdConfig } from './nft-doctor-networkd.js';
+import type { DoctorSnapshot, NetworkdState, TcFilterListing } from './nft-doctor-snapshot.js';
 
 /**
  * Reads what doctor diagnoses, through the runner (so `--netns` reads the namespace) and only

@@ -1,14 +1,4 @@
-import type { DoctorFinding, SteeringRange } from './nft-doctor.js';
-
-/** What doctor knows of systemd-networkd on this machine. */
-export interface NetworkdState {
-  /** A systemd-networkd process is running. */
-  readonly running: boolean;
-  /** systemd-networkd.service is enabled (it will run after the next boot). */
-  readonly enabled: boolean;
-  /** networkd.conf and its drop-ins, in the order systemd reads them (see orderNetworkdConfig). */
-  readonly files: readonly { readonly path: string; readonly text: string }[];
-}
+import type { DoctorFinding, NetworkdState, SteeringRange } from './nft-doctor-snapshot.js';
 
 /** The drop-in egressguard asks for: networkd then leaves our routing rules alone. */
 export const NETWORKD_DROP_IN = {

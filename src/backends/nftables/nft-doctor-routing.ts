@@ -1,4 +1,4 @@
-import type { DoctorFinding, DoctorSeverity, SteeringRange } from './nft-doctor.js';
+import type { DoctorFinding, DoctorSeverity, SteeringRange } from './nft-doctor-snapshot.js';
 
 /** One entry of `ip -N -j rule show`. */
 interface IpRuleJson {

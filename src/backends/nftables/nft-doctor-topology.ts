@@ -1,5 +1,5 @@
 import { matchesInterface } from '../../ir/index.js';
-import type { DoctorContext, DoctorFinding, DoctorSnapshot } from './nft-doctor.js';
+import type { DoctorContext, DoctorFinding, DoctorSnapshot } from './nft-doctor-snapshot.js';
 
 /** One entry of `ip -j -d link show`. */
 interface IpLinkJson {

@@ -1,11 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import {
-  createDoctorContext,
-  diagnose,
-  type DoctorContext,
-  type DoctorSnapshot,
-} from './nft-doctor.js';
+import { createDoctorContext, diagnose } from './nft-doctor.js';
+import type { DoctorContext, DoctorSnapshot } from './nft-doctor-snapshot.js';
 import { classifyChains } from './nft-doctor-chains.js';
 import {
   classifyNetworkd,

@@ -1,3 +1,4 @@
+import { systemdCommandLine, systemdEnvironment } from '../../core/index.js';
 import type { Artifact } from '../backend.js';
 
 export interface UnitOptions {
@@ -17,8 +18,9 @@ export interface UnitOptions {
  * that stops networkd from deleting our routing rules.
  */
 export function renderUnits(options: UnitOptions): Artifact[] {
-  const exec = (args: string): string => `${quote(options.node)} ${quote(options.bin)} ${args}`;
-  const env = `Environment=EGRESSGUARD_STATE_DIR=${quote(options.stateDir)}`;
+  const exec = (...args: string[]): string =>
+    systemdCommandLine(options.node, [options.bin, ...args]);
+  const env = `Environment=${systemdEnvironment('EGRESSGUARD_STATE_DIR', options.stateDir)}`;
   const units: Artifact[] = [
     {
       name: 'egressguard-restore.service',
@@ -66,7 +68,7 @@ export function renderUnits(options: UnitOptions): Artifact[] {
         '[Service]',
         'Type=simple',
         env,
-        `ExecStart=${exec(`run ${quote(options.policy)}`)}`,
+        `ExecStart=${exec('run', options.policy)}`,
         'Restart=always',
         'RestartSec=2',
         '',
@@ -77,8 +79,4 @@ export function renderUnits(options: UnitOptions): Artifact[] {
     });
   }
   return units;
-}
-
-function quote(value: string): string {
-  return /^[A-Za-z0-9_./=-]+$/.test(value) ? value : `"${value.replace(/["\\]/g, '\\$&')}"`;
 }

@@ -1,4 +1,5 @@
 import { SaxesParser } from 'saxes';
+import { escapeXml } from '../../core/index.js';
 import { calendarIntervalNotBefore, type CalendarInterval } from './calendar-interval.js';
 
 /**
@@ -164,14 +165,6 @@ export function renderLaunchDaemonPlist(daemon: LaunchDaemon): string {
     '</plist>',
     '',
   ].join('\n');
-}
-
-function escapeXml(text: string): string {
-  return text
-    .replace(/&/g, '&amp;')
-    .replace(/</g, '&lt;')
-    .replace(/>/g, '&gt;')
-    .replace(/"/g, '&quot;');
 }
 
 interface XmlElement {

@@ -12,7 +12,7 @@ import { gatherFacts } from '../../facts/index.js';
 import { bindHost, lowerPolicy, type HostIR, type PolicyIR } from '../../ir/index.js';
 import { backendOf, requirePolicy } from '../../host/index.js';
 import { EXIT } from '../exit-codes.js';
-import { paint, printJson, printLine, type Output } from '../output.js';
+import { paint, printJson, printLine, printTable, type Output } from '../output.js';
 import { addTargetOptions, targetOf, type TargetOptions } from '../target-options.js';
 
 export interface DoctorOptions extends TargetOptions {
@@ -110,7 +110,7 @@ function printReport(output: Output, report: DoctorReport): void {
   }
   for (const table of report.tables) {
     printLine(output, paint(output, 'bold', table.title));
-    printTable(output, table.header, table.rows);
+    printTable(output, table.header, table.rows, { indent: '  ', headerStyle: 'dim' });
     printLine(output);
   }
   const { errors, warnings, infos } = report.summary;
@@ -134,18 +134,6 @@ function printFinding(
   const [first = '', ...rest] = finding.hint.split('\n');
   printLine(output, paint(output, 'dim', `          hint: ${first}`));
   for (const line of rest) if (line !== '') printLine(output, `            ${line}`);
-}
-
-function printTable(
-  output: Output,
-  header: readonly string[],
-  rows: readonly (readonly string[])[],
-): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const format = (cells: readonly string[]): string =>
-    `  ${cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ')}`.trimEnd();
-  printLine(output, paint(output, 'dim', format(header)));
-  for (const row of rows) printLine(output, format(row));
 }
 
 function plural(n: number, word: string): string {
