@@ -27,7 +27,7 @@ import {
   serverStateDir,
 } from '../fleet-options.js';
 import { parseLabel } from '../../facts/index.js';
-import { paint, printJson, printLine, type Output } from '../output.js';
+import { paint, printJson, printLine, printTable, type Output } from '../output.js';
 import { backendOptionsOf, type TargetOptions } from '../target-options.js';
 
 interface ConnectOptions {
@@ -525,21 +525,6 @@ function printRollout(output: Output, rollout: RolloutView): void {
     output,
     `rollout ${rollout.id} (push ${rollout.pushId}) ${rollout.state}, wave ${rollout.currentWave}: ${waves}${rollout.pausedReason === null ? '' : ` — ${rollout.pausedReason}`}`,
   );
-}
-
-function printTable(
-  output: Output,
-  header: readonly string[],
-  rows: readonly (readonly string[])[],
-): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells
-      .map((c, i) => c.padEnd(widths[i] ?? 0))
-      .join('  ')
-      .trimEnd();
-  printLine(output, line(header));
-  for (const row of rows) printLine(output, line(row));
 }
 
 function reportPolicyProblems(output: Output, error: OperatorCallError, json: boolean): void {
