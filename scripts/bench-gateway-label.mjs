@@ -20,7 +20,10 @@ import { fileURLToPath } from 'node:url';
 
 const repo = fileURLToPath(new URL('..', import.meta.url));
 const { createLab } = await import(join(repo, 'dist/prove/index.js'));
-const { startKubeApiModel } = await import(join(repo, 'dist/backends/cilium/kube-api-model.js'));
+// The Kubernetes API model is a simulator: built into sim/dist, never into the product's dist.
+const { buildSim } = await import(join(repo, 'sim/build.mjs'));
+await buildSim();
+const { startKubeApiModel } = await import(join(repo, 'sim/dist/kube-api-model.mjs'));
 const { gatewayLabel } = await import(join(repo, 'dist/ir/index.js'));
 
 const args = process.argv.slice(2);

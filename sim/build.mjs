@@ -19,6 +19,8 @@ export async function buildSim() {
     entryPoints: {
       'pfctl-model-shim': 'sim/pf/pfctl-model-shim.ts',
       'macos-model-shim': 'sim/pf/macos-model-shim.ts',
+      // The Kubernetes API model the gateway-label benchmark serves its cluster from.
+      'kube-api-model': 'sim/cilium/kube-api-model.ts',
     },
     outdir: SIM_DIST,
     outExtension: { '.js': '.mjs' },
