@@ -24,6 +24,15 @@ const NATIVE_STORE_MODULES = [
   'node_modules/file-uri-to-path',
 ];
 
+/** A working directory outside /tmp (the service has its own), removed when the test ends. */
+function operatorDirectory(): string {
+  const dir = mkdtempSync('/var/lib/egressguard-unit-test-');
+  onTestFinished(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return dir;
+}
+
 /** The controller as a service: its systemd unit and its user, templated by the server itself. */
 describe('server units (built CLI)', () => {
   const scratch = createScratch();
@@ -34,10 +43,7 @@ describe('server units (built CLI)', () => {
   it('prints a systemd service that passes systemd-analyze verify, runs under its own user, restarts on failure, and is sandboxed', async () => {
     // A relative path is made absolute from where the command runs: not /tmp, where a fresh
     // clone may be (the service has its own /tmp, so the CLI refuses a path there).
-    const cwd = mkdtempSync('/var/lib/egressguard-unit-test-');
-    onTestFinished(() => {
-      rmSync(cwd, { recursive: true, force: true });
-    });
+    const cwd = operatorDirectory();
     const result = await runCli(
       [
         'server',
@@ -92,10 +98,7 @@ describe('server units (built CLI)', () => {
 
   it('makes a state directory or SQLite file given elsewhere absolute and writable for the sandboxed service, and refuses a path in a home directory or /tmp', async () => {
     // Not in /tmp (the service has its own): where an operator might keep them.
-    const cwd = mkdtempSync('/var/lib/egressguard-unit-test-');
-    onTestFinished(() => {
-      rmSync(cwd, { recursive: true, force: true });
-    });
+    const cwd = operatorDirectory();
     const result = await runCli(
       [
         'server',
