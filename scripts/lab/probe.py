@@ -295,20 +295,23 @@ def run_stream(request):
         if raw["kind"] in ("tcp", "udp", "sctp"):
             spec["dport"] = raw["dport"]
         specs.append((raw["tag"], sender.parse_spec(0, spec)))
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    # SIGTERM stops the stream. It is blocked and waited for (sigtimedwait), never handled: a
+    # handler that sets a threading.Event deadlocks when the signal lands while this thread holds
+    # the Event's own lock (inside wait()), and the stream then never ends.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     sockets = {}
     counts = [{"tag": tag, "sent": 0, "refused": 0, "failed": 0, "error": None} for tag, _ in specs]
     per_second = []
     started = time.monotonic()
     next_round = started
     seq = 0
-    while not stopping.is_set():
+    while signal.SIGTERM not in signal.sigpending():
         now = time.monotonic()
         if os.getppid() != parent:
             break  # orphaned: the egressguard that started it died without stopping it
         if next_round > now:
-            stopping.wait(next_round - now)
+            if signal.sigtimedwait({signal.SIGTERM}, next_round - now) is not None:
+                break
             continue
         second = int(now - started)
         while len(per_second) <= second:

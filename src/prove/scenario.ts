@@ -283,9 +283,10 @@ export async function runScenario(
   );
   const streamJudgements = streamResults.flatMap(({ tracked, result, error: streamError }) => {
     if (result === undefined) {
+      // The lab's own tool failed: nothing about enforcement was learnt from this stream.
       findings.push({
-        severity: 'failure',
-        message: `A traffic stream failed: ${streamError ?? ''}`,
+        severity: 'unmeasured',
+        message: `Could not measure a traffic stream: ${streamError ?? ''}`,
       });
       return [];
     }

@@ -1,6 +1,6 @@
 import { appendFileSync, existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { spawn as spawnProcess, type ChildProcessByStdio } from 'node:child_process';
+import { spawn as spawnProcess, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { EgressguardError } from '../core/index.js';
 import {
@@ -46,7 +46,11 @@ export interface RunningCommand {
   readonly exited: Promise<number | null>;
   /** The end of what it wrote to stderr so far, for an error message. */
   stderr(): string;
-  stop(): Promise<void>;
+  /**
+   * Asks it to end (SIGTERM) and waits until it has; one that is still there after `graceMs`
+   * (default 20 s) is wedged and is killed (SIGKILL), so no caller waits for ever on a helper.
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 /** A long-running command whose output is binary (a pcap stream), read chunk by chunk. */
@@ -56,7 +60,11 @@ export interface RunningBinaryCommand {
   readonly exited: Promise<number | null>;
   /** The end of what it wrote to stderr so far, for an error message. */
   stderr(): string;
-  stop(): Promise<void>;
+  /**
+   * Asks it to end (SIGTERM) and waits until it has; one that is still there after `graceMs`
+   * (default 20 s) is wedged and is killed (SIGKILL), so no caller waits for ever on a helper.
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 /** The one way egressguard runs external commands. */
@@ -243,9 +251,8 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
         lines: createInterface({ input: child.stdout, crlfDelay: Infinity }),
         exited,
         stderr,
-        async stop() {
-          child.kill('SIGTERM');
-          await exited;
+        stop(graceMs?: number) {
+          return stopChild(child, exited, graceMs);
         },
       };
     },
@@ -256,13 +263,29 @@ function makeRunner(shared: Shared, netns: string | undefined): Runner {
         chunks: child.stdout,
         exited,
         stderr: keepStderrTail(child.stderr),
-        async stop() {
-          child.kill('SIGTERM');
-          await exited;
+        stop(graceMs?: number) {
+          return stopChild(child, exited, graceMs);
         },
       };
     },
   };
+}
+
+const STOP_GRACE_MS = 20_000;
+
+/** SIGTERM, then SIGKILL for a process still there after the grace; resolves once it ended. */
+async function stopChild(
+  child: ChildProcess,
+  exited: Promise<number | null>,
+  graceMs = STOP_GRACE_MS,
+): Promise<void> {
+  child.kill('SIGTERM');
+  const wedged = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  try {
+    await exited;
+  } finally {
+    clearTimeout(wedged);
+  }
 }
 
 /** Drains a long-running command's stderr as it comes (a full pipe would block it), keeping the end. */

@@ -24,6 +24,7 @@ import {
   restoreLinkAddresses,
   startService,
 } from '../../src/prove/lab-services.js';
+import { startStream } from '../../src/prove/traffic-stream.js';
 
 // Every address beyond the host is from the documentation ranges (RFC 5737, RFC 3849); the
 // workload and tunnel sides use private ranges. None of it exists outside the lab's namespaces.
@@ -303,6 +304,43 @@ describe('lab kit: the services and probes prove relies on', () => {
         effect: 'read',
       });
       expect(JSON.parse(stdout)).toMatchObject({ node: 'internet', src: '10.10.0.2' });
+    });
+  });
+
+  it('ends a traffic stream on SIGTERM wherever it lands: the signal is waited for, never handled', async () => {
+    await withLab(topology, async (lab) => {
+      const specs = [{ tag: 's0', kind: 'udp' as const, src: '10.10.0.2', dst: DST4, dport: 9 }];
+      // A handler that set a threading.Event once deadlocked the stream when SIGTERM landed while
+      // it held the Event's lock: stop() waited for ever. Now no handler is installed (the signal
+      // is blocked and waited for; the kernel lifts the block only inside that wait).
+      const nonce = createNonce();
+      const probe = startStream(lab, 'workload', { nonce, rate: 200, specs });
+      await probe.sending();
+      const { stdout: pids } = await lab
+        .runner('workload')
+        .run(['pgrep', '-f', `probe.py stream .*${nonce}`], { effect: 'read' });
+      const status = readFileSync(`/proc/${pids.trim().split('\n')[0] ?? ''}/status`, 'utf8');
+      const caught = /^SigCgt:\s*([0-9a-f]+)$/m.exec(status)?.[1];
+      expect(caught).toMatch(/^[0-9a-f]{16}$/);
+      const sigterm = 1n << 14n;
+      expect(BigInt(`0x${caught ?? ''}`) & sigterm).toBe(0n);
+      expect((await probe.stop()).results).toMatchObject([{ tag: 's0', failed: 0 }]);
+      // Stopped at other moments of its round: each ends and reports what it sent.
+      for (let i = 0; i < 8; i++) {
+        const stream = startStream(lab, 'workload', { nonce: createNonce(), rate: 150 + i, specs });
+        await stream.sending();
+        const result = await stream.stop();
+        expect(result.results[0]?.sent).toBeGreaterThan(0);
+      }
+      // And a helper that ignores SIGTERM is killed once the grace is over: stop() never hangs.
+      const deaf = lab
+        .runner('workload')
+        .start(['sh', '-c', "trap '' TERM; echo ready; while :; do sleep 1; done"], {
+          effect: 'change',
+        });
+      for await (const line of deaf.lines) if (line === 'ready') break;
+      await deaf.stop(100);
+      await expect(deaf.exited).resolves.toBeNull(); // ended by a signal: SIGKILL
     });
   });
 
