@@ -116,8 +116,10 @@ def send_raw(nonce, probe):
         return {"sent": 0, "refused": 0, "failed": probe["count"],
                 "error": f"cannot build the packet: {e}"}
     # Fresh source ports for every probe: a flow of an earlier phase (its conntrack entry, with
-    # a masquerade binding to another interface) must not decide the fate of this one.
-    base = 20000 + int.from_bytes(os.urandom(2), "big") % 40000
+    # a masquerade binding to another interface) must not decide the fate of this one. From the
+    # crafted packets' range, which the node's own sockets never use.
+    low, high = sender.RAW_SOURCE_PORTS
+    base = low + int.from_bytes(os.urandom(2), "big") % (high - low - probe["count"])
     sent, refused, failed, error, sockets = 0, 0, 0, None, {}
     try:
         src = spec["src"]

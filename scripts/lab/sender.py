@@ -5,7 +5,7 @@ Reads one JSON object on stdin:
 
     {"nonce": "eg1a2b3c4d5e6f7a8b",
      "packets": [{"kind": "udp", "dst": "203.0.113.10", "src": "10.99.0.7",
-                  "sport": 40000, "dport": 9, "count": 3, "intervalMs": 0}]}
+                  "sport": 10000, "dport": 9, "count": 3, "intervalMs": 0}]}
 
 kind is tcp (a SYN), udp, dns (a UDP query whose name holds the nonce), icmp (echo request;
 ICMPv6 for an IPv6 destination), gre, esp, sctp (an INIT) or ip (any IP protocol number, given
@@ -54,6 +54,12 @@ MAX_DURATION_S = 60.0
 FRAGMENT_MODES = {"all", "non-first"}
 DEFAULT_FRAGMENT_SIZE = 512
 IP_FREEBIND = 15
+# Source ports of crafted packets: below the lab's ephemeral range (the lab pins every node's
+# net.ipv4.ip_local_port_range to 32768-60999), so a crafted flow never shares its four-tuple with
+# a real socket of the same node: shared, the flow's replies would reach that socket (or draw a
+# reset from the kernel), and its conntrack entry, made in an earlier phase under other routes or
+# NAT, would carry into the socket's connection.
+RAW_SOURCE_PORTS = (10000, 30000)
 IPV6_FREEBIND = 78
 GRE_PROTOCOL_TYPE = 0x88B5  # IEEE 802 local experimental EtherType: never decapsulated
 ESP_SPI = 0x45470001
@@ -296,7 +302,7 @@ def build_l4(nonce, spec, src, seq):
     if spec["fragment"] is not None:
         # The nonce line again and again, so that every fragment carries a whole one.
         payload = (payload * (spec["length"] // len(payload) + 1))[:spec["length"]]
-    sport = spec["sport"] or 40000 + seq % 20000
+    sport = spec["sport"] or RAW_SOURCE_PORTS[0] + seq % (RAW_SOURCE_PORTS[1] - RAW_SOURCE_PORTS[0])
     if kind == "tcp":
         l4 = tcp_syn(src, dst, sport, spec["dport"], seq, payload)
     elif kind == "udp":

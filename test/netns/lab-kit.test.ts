@@ -1,7 +1,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createRunner } from '../../src/runner/index.js';
@@ -341,6 +341,29 @@ describe('lab kit: the services and probes prove relies on', () => {
       for await (const line of deaf.lines) if (line === 'ready') break;
       await deaf.stop(100);
       await expect(deaf.exited).resolves.toBeNull(); // ended by a signal: SIGKILL
+    });
+  });
+
+  it("keeps crafted packets' source ports below every node's ephemeral ports", async () => {
+    await withLab(topology, async (lab) => {
+      const workload = lab.runner('workload');
+      const { stdout: range } = await workload.run(
+        ['sysctl', '-n', 'net.ipv4.ip_local_port_range'],
+        { effect: 'read' },
+      );
+      const [ephemeralLow] = range.trim().split(/\s+/).map(Number);
+      const { stdout: raw } = await workload.run(
+        [
+          await labPython(workload),
+          '-c',
+          `import sys; sys.path.insert(0, ${JSON.stringify(dirname(labScript('sender.py')))}); import sender; print(*sender.RAW_SOURCE_PORTS)`,
+        ],
+        { effect: 'read' },
+      );
+      const [rawLow, rawHigh] = raw.trim().split(' ').map(Number);
+      expect(rawLow).toBeGreaterThan(1023);
+      expect(ephemeralLow).toBe(32768);
+      expect(rawHigh).toBeLessThanOrEqual(ephemeralLow ?? 0);
     });
   });
 

@@ -33,6 +33,7 @@ describe('planLab', () => {
     expect(plan.earlySysctls).toEqual([
       'net.ipv6.conf.all.accept_dad=0',
       'net.ipv6.conf.default.accept_dad=0',
+      'net.ipv4.ip_local_port_range=32768 60999',
     ]);
     expect(plan.sysctls.get('host')).toEqual([
       'net.ipv4.ip_forward=1',

@@ -21,7 +21,14 @@ export interface LabPlan {
 // A lab's IPv6 addresses must work at once: with DAD on they stay tentative for about a second
 // and cannot be bound or used as a source. DAD is skipped only when both `all` and the
 // interface's own accept_dad are below 1 (net/ipv6/addrconf.c, addrconf_dad_begin).
-const EARLY_SYSCTLS = ['net.ipv6.conf.all.accept_dad=0', 'net.ipv6.conf.default.accept_dad=0'];
+// The ephemeral ports are pinned to the kernel's default, above the source ports of crafted
+// packets (scripts/lab/sender.py, RAW_SOURCE_PORTS), so a probe's socket never shares a flow with
+// a crafted one.
+const EARLY_SYSCTLS = [
+  'net.ipv6.conf.all.accept_dad=0',
+  'net.ipv6.conf.default.accept_dad=0',
+  'net.ipv4.ip_local_port_range=32768 60999',
+];
 
 /** Plans the commands for a validated topology whose nodes are given their namespace names. */
 export function planLab(topology: Topology, namespaces: ReadonlyMap<string, string>): LabPlan {

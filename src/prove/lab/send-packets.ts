@@ -13,7 +13,7 @@ export interface PacketSpec {
   readonly dst: string;
   /** Default: the source the kernel would pick for `dst`. */
   readonly src?: string;
-  /** Default: 40000 + sequence number. */
+  /** Default: 10000 + sequence number (below the lab nodes' ephemeral ports). */
   readonly sport?: number;
   /** Required for tcp, udp and sctp; 53 for dns. */
   readonly dport?: number;
