@@ -1,4 +1,4 @@
-import { systemdQuote } from '../core/index.js';
+import { escapeXml, systemdCommandLine, systemdEnvironment } from '../core/index.js';
 
 /** The service definitions the agent templates for itself. */
 export type AgentUnitKind = 'systemd' | 'launchd';
@@ -38,8 +38,8 @@ export function renderAgentUnit(
         '',
         '[Service]',
         'Type=simple',
-        `Environment=EGRESSGUARD_STATE_DIR=${systemdQuote(input.stateDir)}`,
-        `ExecStart=${argv.map(systemdQuote).join(' ')}`,
+        `Environment=${systemdEnvironment('EGRESSGUARD_STATE_DIR', input.stateDir)}`,
+        `ExecStart=${systemdCommandLine(input.node, [input.bin, 'agent', ...input.args])}`,
         'Restart=always',
         'RestartSec=5',
         // 0: the host was decommissioned, 1: its credential revoked; a restart is refused again.
@@ -59,7 +59,7 @@ export function renderAgentUnit(
   }
   const label = 'com.egressguard.agent';
   const strings = (values: readonly string[]): string =>
-    values.map((v) => `\t\t<string>${xmlEscape(v)}</string>`).join('\n');
+    values.map((v) => `\t\t<string>${escapeXml(v)}</string>`).join('\n');
   return {
     name: `${label}.plist`,
     content: [
@@ -76,7 +76,7 @@ export function renderAgentUnit(
       '\t<key>EnvironmentVariables</key>',
       '\t<dict>',
       '\t\t<key>EGRESSGUARD_STATE_DIR</key>',
-      `\t\t<string>${xmlEscape(input.stateDir)}</string>`,
+      `\t\t<string>${escapeXml(input.stateDir)}</string>`,
       '\t</dict>',
       '\t<key>RunAtLoad</key>',
       '\t<true/>',
@@ -92,12 +92,4 @@ export function renderAgentUnit(
       '',
     ].join('\n'),
   };
-}
-
-function xmlEscape(text: string): string {
-  return text
-    .replaceAll('&', '&amp;')
-    .replaceAll('<', '&lt;')
-    .replaceAll('>', '&gt;')
-    .replaceAll('"', '&quot;');
 }

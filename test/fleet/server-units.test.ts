@@ -1,5 +1,7 @@
 import {
+  chmodSync,
   chownSync,
+  cpSync,
   mkdirSync,
   mkdtempSync,
   readFileSync,
@@ -15,6 +17,13 @@ import { REPO, runCli } from '../e2e-cli/run-cli.js';
 import { createScratch, waitFor } from './support/fleet-lab.js';
 import { freePort } from './support/server-process.js';
 
+/** The SQLite store's addon and what loads it, which the bundle requires at run time. */
+const NATIVE_STORE_MODULES = [
+  'node_modules/better-sqlite3',
+  'node_modules/bindings',
+  'node_modules/file-uri-to-path',
+];
+
 /** The controller as a service: its systemd unit and its user, templated by the server itself. */
 describe('server units (built CLI)', () => {
   const scratch = createScratch();
@@ -23,20 +32,29 @@ describe('server units (built CLI)', () => {
   });
 
   it('prints a systemd service that passes systemd-analyze verify, runs under its own user, restarts on failure, and is sandboxed', async () => {
-    const result = await runCli([
-      'server',
-      '--store',
-      'postgres://eg@db.example/fleet',
-      '--metrics-token-file',
-      'metrics.token',
-      '--print-unit',
-      'systemd',
-    ]);
+    // A relative path is made absolute from where the command runs: not /tmp, where a fresh
+    // clone may be (the service has its own /tmp, so the CLI refuses a path there).
+    const cwd = mkdtempSync('/var/lib/egressguard-unit-test-');
+    onTestFinished(() => {
+      rmSync(cwd, { recursive: true, force: true });
+    });
+    const result = await runCli(
+      [
+        'server',
+        '--store',
+        'postgres://eg@db.example/fleet',
+        '--metrics-token-file',
+        'metrics.token',
+        '--print-unit',
+        'systemd',
+      ],
+      { cwd },
+    );
     expect(result.exitCode).toBe(0);
     const unit = result.stdout;
     expect(unit).toMatch(
       new RegExp(
-        `^ExecStart=\\S+ \\S+/bin/egressguard\\.js server --store postgres://eg@db\\.example/fleet --metrics-token-file ${REPO.replaceAll('/', '\\/')}\\/?metrics\\.token --state-dir /var/lib/egressguard-server$`,
+        `^ExecStart=\\S+ \\S+/bin/egressguard\\.js server --store postgres://eg@db\\.example/fleet --metrics-token-file ${cwd}/metrics\\.token --state-dir /var/lib/egressguard-server$`,
         'm',
       ),
     );
@@ -156,6 +174,12 @@ describe('server units (built CLI)', () => {
     const state = scratch.dir('unprivileged');
     chownSync(state, Number((await execa('id', ['-u', 'nobody'])).stdout), 0);
     const port = await freePort();
+    // The user nobody must be able to read the CLI: a clone made by mktemp -d is root's alone.
+    const install = scratch.dir('install');
+    chmodSync(install, 0o755);
+    for (const path of ['package.json', 'bin', 'dist/bundle', ...NATIVE_STORE_MODULES]) {
+      cpSync(join(REPO, path), join(install, path), { recursive: true });
+    }
     const server = execa(
       'runuser',
       [
@@ -165,7 +189,7 @@ describe('server units (built CLI)', () => {
         'sh',
         '-c',
         'umask 077 && exec node "$0" server --store "sqlite:$1/fleet.db" --state-dir "$1" --listen "127.0.0.1:$2"',
-        join(REPO, 'bin/egressguard.js'),
+        join(install, 'bin/egressguard.js'),
         state,
         String(port),
       ],

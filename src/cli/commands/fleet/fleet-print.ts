@@ -1,5 +1,5 @@
 import type { EventView, HostView, RolloutView } from '../../../fleet/index.js';
-import { paint, printLine, type Output } from '../../output.js';
+import { paint, printLine, printTable, type Output } from '../../output.js';
 
 export function isReady(host: HostView): boolean {
   return host.conditions.some((c) => c.type === 'Ready' && c.status === 'True');
@@ -102,21 +102,6 @@ export function printRollout(output: Output, rollout: RolloutView): void {
     output,
     `rollout ${rollout.id} (push ${rollout.pushId}) ${rollout.state}, wave ${rollout.currentWave}: ${waves}${rollout.pausedReason === null ? '' : ` — ${rollout.pausedReason}`}`,
   );
-}
-
-function printTable(
-  output: Output,
-  header: readonly string[],
-  rows: readonly (readonly string[])[],
-): void {
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (cells: readonly string[]): string =>
-    cells
-      .map((c, i) => c.padEnd(widths[i] ?? 0))
-      .join('  ')
-      .trimEnd();
-  printLine(output, line(header));
-  for (const row of rows) printLine(output, line(row));
 }
 
 function short(hash: string | null): string {
