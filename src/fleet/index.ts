@@ -50,7 +50,13 @@ export {
 export * from './protocol.js';
 export { RefusedError, type RefusalCode } from './request-error.js';
 export { type RolloutParamsInput } from './rollout-plan.js';
-export { parseBootstrapToken, type BootstrapToken } from './secrets.js';
+export {
+  createSecret,
+  hashSecret,
+  matchesSecret,
+  parseBootstrapToken,
+  type BootstrapToken,
+} from './secrets.js';
 export { openStore, type Store, type StoreOptions } from './store/open-store.js';
 export {
   classifyStoreError,
