@@ -1,8 +1,13 @@
 import type {
+  AuditEntry,
+  BundleResponse,
   EnrollRequest,
   EnrollResponse,
-  BundleResponse,
+  EventView,
+  HostView,
   ParsedStatusReport,
+  PushResult,
+  RolloutView,
 } from './protocol.js';
 import type { RolloutParamsInput } from './rollout-plan.js';
 import type { Store } from './store/open-store.js';
@@ -11,22 +16,12 @@ import { ControllerCore, type ControllerOptions } from './controller/controller-
 import * as enrollment from './controller/enrollment.js';
 import type { HostIdentity } from './controller/enrollment.js';
 import * as verbs from './controller/operator-verbs.js';
-import * as views from './controller/read-models.js';
-import type { AuditEntry, EventView, HostView, RolloutView } from './controller/read-models.js';
+import * as views from './controller/views.js';
 import * as rollouts from './controller/rollouts.js';
-import type { PushResult } from './controller/rollouts.js';
 
 export type { ReportTaken } from './controller/agent-ingest.js';
 export type { ControllerOptions } from './controller/controller-core.js';
 export type { HostIdentity } from './controller/enrollment.js';
-export type {
-  AuditEntry,
-  EventView,
-  HostView,
-  RolloutView,
-  WaveView,
-} from './controller/read-models.js';
-export type { PushResult } from './controller/rollouts.js';
 
 /**
  * The fleet's control logic over one store. Every replica runs one; they share nothing but the
@@ -34,7 +29,7 @@ export type { PushResult } from './controller/rollouts.js';
  * two replicas never start a wave twice.
  *
  * Each role lives in its own module under `controller/`: enrollment and credentials, the agents'
- * long polls and reports, operator verbs on hosts, rollouts and their waves, and the read models.
+ * long polls and reports, operator verbs on hosts, rollouts and their waves, and the views.
  */
 export class Controller {
   readonly #core: ControllerCore;

@@ -1,14 +1,8 @@
 export {
   Controller,
-  type AuditEntry,
   type ControllerOptions,
-  type EventView,
   type HostIdentity,
-  type HostView,
-  type PushResult,
   type ReportTaken,
-  type RolloutView,
-  type WaveView,
 } from './controller.js';
 export {
   createHostIrBinder,

@@ -1,6 +1,8 @@
 import { z } from 'zod';
-import type { AuditEntry, EventView, HostView, RolloutView } from './controller/read-models.js';
-import type { PushResult } from './controller/rollouts.js';
+import type { PolicyIssue } from '../policy/index.js';
+import type { Condition } from './conditions.js';
+import type { RolloutParams } from './rollout-plan.js';
+import type { RolloutState, WaveState } from './store/database.js';
 
 /**
  * The wire between agent and controller. Every body is validated with these schemas on arrival,
@@ -282,3 +284,80 @@ export interface RolloutResponse {
 export interface AuditResponse {
   readonly audit: readonly AuditEntry[];
 }
+
+// The views the operator reads: the controller builds them, the client and the CLI print them.
+
+/** One host as `fleet status` shows it. */
+export interface HostView {
+  readonly id: string;
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly agentVersion: string | null;
+  readonly enrolledAt: number;
+  readonly lastCheckinAt: number | null;
+  /** The host has not checked in within its grace. */
+  readonly silent: boolean;
+  readonly suspended: boolean;
+  readonly decommissioned: boolean;
+  readonly desiredPushId: string | null;
+  readonly desiredHash: string | null;
+  readonly lastAttemptedHash: string | null;
+  readonly appliedHash: string | null;
+  readonly liveHash: string | null;
+  readonly failures: {
+    readonly hash: string;
+    readonly count: number;
+    readonly nextAttemptAt: number | null;
+    readonly lastError: string | null;
+  } | null;
+  readonly conditions: readonly Condition[];
+}
+
+export interface WaveView {
+  readonly index: number;
+  readonly state: WaveState;
+  readonly hosts: readonly string[];
+  readonly startedAt: number | null;
+  readonly judgedAt: number | null;
+}
+
+export interface RolloutView {
+  readonly id: string;
+  readonly pushId: string;
+  readonly state: RolloutState;
+  readonly params: RolloutParams;
+  readonly currentWave: number;
+  readonly pausedReason: string | null;
+  readonly createdAt: number;
+  readonly waves: readonly WaveView[];
+}
+
+export interface EventView {
+  readonly at: number;
+  readonly host: string | null;
+  readonly rolloutId: string | null;
+  readonly kind: string;
+  readonly message: string;
+  readonly hash: string | null;
+}
+
+export interface AuditEntry {
+  readonly at: number;
+  readonly actor: string;
+  readonly action: string;
+  readonly target: string;
+  readonly details: unknown;
+}
+
+/** What a push (or a rollback) answers: the rollout it started, or why the policy was refused. */
+export type PushResult =
+  | {
+      readonly ok: true;
+      readonly pushId: string;
+      readonly rolloutId: string;
+      readonly waves: readonly number[];
+      readonly warnings: readonly PolicyIssue[];
+      /** The push was made earlier under the same idempotency key: nothing new was pushed. */
+      readonly replayed?: boolean;
+    }
+  | { readonly ok: false; readonly issues: readonly PolicyIssue[] };

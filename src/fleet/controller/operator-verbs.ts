@@ -2,7 +2,8 @@ import type { Transaction } from 'kysely';
 import type { Condition } from '../conditions.js';
 import type { Database } from '../store/database.js';
 import type { ControllerCore, HostRow } from './controller-core.js';
-import { viewHost, type HostView } from './read-models.js';
+import type { HostView } from '../protocol.js';
+import { viewHost } from './views.js';
 
 /** Re-arms the host's failure budget: its agent tries again now. */
 export async function retry(

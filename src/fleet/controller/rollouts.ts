@@ -13,19 +13,8 @@ import {
 import { createId } from '../secrets.js';
 import type { Database, RolloutState } from '../store/database.js';
 import type { ControllerCore } from './controller-core.js';
-import { rolloutView, type RolloutView } from './read-models.js';
-
-export type PushResult =
-  | {
-      readonly ok: true;
-      readonly pushId: string;
-      readonly rolloutId: string;
-      readonly waves: readonly number[];
-      readonly warnings: readonly PolicyIssue[];
-      /** The push was made earlier under the same idempotency key: nothing new was pushed. */
-      readonly replayed?: boolean;
-    }
-  | { readonly ok: false; readonly issues: readonly PolicyIssue[] };
+import type { PushResult, RolloutView } from '../protocol.js';
+import { rolloutView } from './views.js';
 
 /** Validates a policy and starts rolling it out in waves; supersedes any unfinished rollout. */
 export async function push(

@@ -1,70 +1,8 @@
 import { overlaySilence, type Condition } from '../conditions.js';
-import { RefusedError } from '../request-error.js';
+import type { AuditEntry, EventView, HostView, RolloutView } from '../protocol.js';
 import type { RolloutParams } from '../rollout-plan.js';
-import type { RolloutState, WaveState } from '../store/database.js';
+import { RefusedError } from '../request-error.js';
 import type { ControllerCore, HostRow } from './controller-core.js';
-
-/** One host as `fleet status` shows it. */
-export interface HostView {
-  readonly id: string;
-  readonly name: string;
-  readonly labels: Readonly<Record<string, string>>;
-  readonly agentVersion: string | null;
-  readonly enrolledAt: number;
-  readonly lastCheckinAt: number | null;
-  /** The host has not checked in within its grace. */
-  readonly silent: boolean;
-  readonly suspended: boolean;
-  readonly decommissioned: boolean;
-  readonly desiredPushId: string | null;
-  readonly desiredHash: string | null;
-  readonly lastAttemptedHash: string | null;
-  readonly appliedHash: string | null;
-  readonly liveHash: string | null;
-  readonly failures: {
-    readonly hash: string;
-    readonly count: number;
-    readonly nextAttemptAt: number | null;
-    readonly lastError: string | null;
-  } | null;
-  readonly conditions: readonly Condition[];
-}
-
-export interface WaveView {
-  readonly index: number;
-  readonly state: WaveState;
-  readonly hosts: readonly string[];
-  readonly startedAt: number | null;
-  readonly judgedAt: number | null;
-}
-
-export interface RolloutView {
-  readonly id: string;
-  readonly pushId: string;
-  readonly state: RolloutState;
-  readonly params: RolloutParams;
-  readonly currentWave: number;
-  readonly pausedReason: string | null;
-  readonly createdAt: number;
-  readonly waves: readonly WaveView[];
-}
-
-export interface EventView {
-  readonly at: number;
-  readonly host: string | null;
-  readonly rolloutId: string | null;
-  readonly kind: string;
-  readonly message: string;
-  readonly hash: string | null;
-}
-
-export interface AuditEntry {
-  readonly at: number;
-  readonly actor: string;
-  readonly action: string;
-  readonly target: string;
-  readonly details: unknown;
-}
 
 export async function listHosts(
   core: ControllerCore,
