@@ -8,6 +8,7 @@ import type {
   ParsedStatusReport,
   PushResult,
   RolloutView,
+  TokenResponse,
 } from './protocol.js';
 import type { RolloutParamsInput } from './rollout-plan.js';
 import type { Store } from './store/open-store.js';
@@ -73,14 +74,9 @@ export class Controller {
 
   /** Mints a bootstrap token that enrolls up to `uses` hosts before it expires. */
   createBootstrapToken(
-    options: {
-      ttlMs: number;
-      uses: number;
-      labels?: Readonly<Record<string, string>>;
-      description?: string;
-    },
+    options: enrollment.BootstrapTokenOrder,
     actor: string,
-  ): Promise<{ token: string; id: string; expiresAt: number }> {
+  ): Promise<TokenResponse> {
     return enrollment.createBootstrapToken(this.#core, options, actor);
   }
 
@@ -133,18 +129,7 @@ export class Controller {
 
   /** Validates a policy and starts rolling it out in waves; supersedes any unfinished rollout. */
   push(
-    input: {
-      text: string;
-      source: string;
-      rollout?: RolloutParamsInput;
-      /** Backend options for every host's compile (`--rule-priority`…). */
-      options?: Readonly<Record<string, string>>;
-      /**
-       * The client's key for this push: a push sent again with it (a retry after an error or a
-       * lost answer) is answered with the push it made, never made twice.
-       */
-      idempotencyKey?: string;
-    },
+    input: rollouts.PushOrder,
     actor: string,
     kind: 'push' | 'rollback' = 'push',
   ): Promise<PushResult> {

@@ -2,7 +2,7 @@ import type { Transaction } from 'kysely';
 import { isEgressguardError } from '../../core/index.js';
 import { parseHostFacts } from '../../facts/index.js';
 import { digestFacts } from '../bundle-binder.js';
-import type { EnrollRequest, EnrollResponse } from '../protocol.js';
+import type { EnrollRequest, EnrollResponse, TokenResponse } from '../protocol.js';
 import { RefusedError } from '../request-error.js';
 import {
   createId,
@@ -23,17 +23,20 @@ export interface HostIdentity {
   readonly credentialId: string;
 }
 
+/** A bootstrap token to mint: how long it lives, how many hosts it enrolls, the labels it gives. */
+export interface BootstrapTokenOrder {
+  readonly ttlMs: number;
+  readonly uses: number;
+  readonly labels?: Readonly<Record<string, string>>;
+  readonly description?: string;
+}
+
 /** Mints a bootstrap token that enrolls up to `uses` hosts before it expires. */
 export async function createBootstrapToken(
   core: ControllerCore,
-  options: {
-    ttlMs: number;
-    uses: number;
-    labels?: Readonly<Record<string, string>>;
-    description?: string;
-  },
+  options: BootstrapTokenOrder,
   actor: string,
-): Promise<{ token: string; id: string; expiresAt: number }> {
+): Promise<TokenResponse> {
   const now = core.clock.now();
   checkLabels({ ...options.labels }, 'the labels of a bootstrap token');
   const id = createId('t');

@@ -16,21 +16,24 @@ import type { ControllerCore } from './controller-core.js';
 import type { PushResult, RolloutView } from '../protocol.js';
 import { rolloutView } from './views.js';
 
+/** What an operator pushes: a policy's text, where it came from, and how to roll it out. */
+export interface PushOrder {
+  readonly text: string;
+  readonly source: string;
+  readonly rollout?: RolloutParamsInput;
+  /** Backend options for every host's compile (`--rule-priority`…). */
+  readonly options?: Readonly<Record<string, string>>;
+  /**
+   * The client's key for this push: a push sent again with it (a retry after an error or a
+   * lost answer) is answered with the push it made, never made twice.
+   */
+  readonly idempotencyKey?: string;
+}
+
 /** Validates a policy and starts rolling it out in waves; supersedes any unfinished rollout. */
 export async function push(
   core: ControllerCore,
-  input: {
-    text: string;
-    source: string;
-    rollout?: RolloutParamsInput;
-    /** Backend options for every host's compile (`--rule-priority`…). */
-    options?: Readonly<Record<string, string>>;
-    /**
-     * The client's key for this push: a push sent again with it (a retry after an error or a
-     * lost answer) is answered with the push it made, never made twice.
-     */
-    idempotencyKey?: string;
-  },
+  input: PushOrder,
   actor: string,
   kind: 'push' | 'rollback' = 'push',
 ): Promise<PushResult> {
