@@ -182,8 +182,7 @@ async function benchStore(kind) {
     await sleep(100);
   }
   const operator = createOperatorClient({ server: url, stateDir });
-  const token = (await operator.call('POST', '/v1/tokens', { uses: agentCount, ttlSeconds: 3600 }))
-    .token;
+  const token = (await operator.createToken({ uses: agentCount, ttlSeconds: 3600 })).token;
   const tokenFile = join(work, 'bootstrap.token');
   writeFileSync(tokenFile, token, { mode: 0o600 });
 
@@ -223,7 +222,7 @@ async function benchStore(kind) {
     );
   }
   for (;;) {
-    const { hosts } = await operator.call('GET', '/v1/hosts');
+    const { hosts } = await operator.listHosts();
     if (hosts.length === agentCount) break;
     await sleep(500);
   }
@@ -235,7 +234,7 @@ async function benchStore(kind) {
   for (let round = 1; round <= rounds; round++) {
     await sleep(2 * pollSeconds * 1000); // every agent back in its long poll
     const t0 = performance.now();
-    const pushed = await operator.call('POST', '/v1/pushes', {
+    const pushed = await operator.push({
       policy,
       source: 'policy.yaml',
       rollout: { canary: 0, maxUnavailable: agentCount, bakeMs: 0 },
@@ -243,7 +242,7 @@ async function benchStore(kind) {
     });
     let controllerSeconds;
     for (;;) {
-      const { hosts } = await operator.call('GET', '/v1/hosts');
+      const { hosts } = await operator.listHosts();
       const done = hosts.filter(
         (h) =>
           h.desiredPushId === pushed.pushId &&
@@ -311,7 +310,7 @@ async function benchStore(kind) {
     for (let round = 1; round <= rounds; round++) {
       await sleep(2 * pollSeconds * 1000);
       const t0 = performance.now();
-      await viaB.call('POST', '/v1/pushes', {
+      await viaB.push({
         policy,
         source: 'policy.yaml',
         rollout: { canary: 0, maxUnavailable: agentCount, bakeMs: 0 },

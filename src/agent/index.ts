@@ -16,13 +16,8 @@ export {
   type FirewallGeneration,
 } from './firewall-engine.js';
 export { Reconciler, type AttemptRecord, type ReconcilerMemory } from './reconciler.js';
-export {
-  runAgent,
-  systemAgentClock,
-  type AgentClock,
-  type AgentEnd,
-  type AgentOptions,
-} from './run-agent.js';
+export { runAgent, type AgentEnd, type AgentOptions } from './run-agent.js';
+export { systemAgentClock, type AgentClock } from './agent-clock.js';
 export { createAgentMetrics, type AgentMetrics } from './agent-metrics.js';
 export {
   AGENT_UNIT_KINDS,

@@ -1,51 +1,26 @@
-import { readFileSync } from 'node:fs';
 import { EgressguardError, isEgressguardError } from '../core/index.js';
 import { z } from 'zod';
 import {
   AGENT_RECONNECT_CAP_MS,
-  backoffDelay,
   bundleResponseSchema,
   connectController,
-  describeRefusal,
-  enrollResponseSchema,
-  fetchPinnedCa,
   MAX_POLL_WAIT_SECONDS,
-  parseBootstrapToken,
-  rotateResponseSchema,
   type BackoffPolicy,
-  type Clock,
-  type ControllerAnswer,
-  type ControllerConnection,
   type StatusReport,
 } from '../fleet/index.js';
 import { StateDir } from '../state/index.js';
-import type { ResidentPass } from '../apply/index.js';
+import { systemAgentClock, type AgentClock } from './agent-clock.js';
+import { enroll, ENROLLMENT_FILE, readEnrollment, rotate } from './agent-enrollment.js';
 import type { AgentMetrics } from './agent-metrics.js';
+import {
+  ControllerClient,
+  ControllerRefusal,
+  isRetriable,
+  retryDelay,
+} from './controller-client.js';
 import type { HostEngine, PreparedGeneration } from './host-engine.js';
 import { Reconciler, type ReconcilerMemory } from './reconciler.js';
-
-/** A clock the agent can also wait on; tests pass one they drive. */
-export interface AgentClock extends Clock {
-  sleep(ms: number, signal: AbortSignal): Promise<void>;
-}
-
-export const systemAgentClock: AgentClock = {
-  now: () => Date.now(),
-  sleep: (ms, signal) =>
-    new Promise((resolve) => {
-      if (signal.aborted) {
-        resolve();
-        return;
-      }
-      const timer = setTimeout(done, ms);
-      function done(): void {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      }
-      signal.addEventListener('abort', done, { once: true });
-    }),
-};
+import { isAborted, keepWatching, startRound, type Round } from './watch-loop.js';
 
 export interface AgentOptions<P extends PreparedGeneration> {
   readonly serverUrl: string;
@@ -74,18 +49,6 @@ export interface AgentOptions<P extends PreparedGeneration> {
   readonly log?: (line: string) => void;
 }
 
-/** What the agent keeps in its state directory (0600: it holds the host credential). */
-interface Enrollment {
-  readonly serverUrl: string;
-  readonly hostId: string;
-  readonly hostName: string;
-  readonly credential: string;
-  readonly credentialIssuedAt: number;
-  /** The pinned controller CA (null for a plain-HTTP loopback controller). */
-  readonly caPem: string | null;
-}
-
-const ENROLLMENT_FILE = 'agent-enrollment.json';
 const MEMORY_FILE = 'agent-memory.json';
 
 /**
@@ -131,7 +94,7 @@ export async function runAgent<P extends PreparedGeneration>(
     );
   }
 
-  const connection = connectController(enrollment.serverUrl, enrollment.caPem);
+  const client = new ControllerClient(connectController(enrollment.serverUrl, enrollment.caPem));
   let memoryOnDisk = options.stateDir.read(MEMORY_FILE);
   const memory = readMemory(options.stateDir);
   const reconciler = new Reconciler({
@@ -196,12 +159,7 @@ export async function runAgent<P extends PreparedGeneration>(
       if (report !== undefined) pending = report;
       try {
         if (pending !== undefined) {
-          const answer = await connection.request('POST', '/v1/status', {
-            body: pending,
-            token: enrollment.credential,
-            signal,
-          });
-          if (answer.status !== 200) throw refusal('report status', answer);
+          await client.report(enrollment.credential, pending, signal);
           reconciler.delivered(pending);
           pending = undefined;
         }
@@ -209,7 +167,7 @@ export async function runAgent<P extends PreparedGeneration>(
           options.rotateAfterMs !== undefined &&
           clock.now() - enrollment.credentialIssuedAt > options.rotateAfterMs
         ) {
-          enrollment = await rotate(connection, enrollment, options.stateDir, clock);
+          enrollment = await rotate(client, enrollment, options.stateDir, clock);
           log('rotated the host credential');
         }
         const known = reconciler.known;
@@ -218,26 +176,27 @@ export async function runAgent<P extends PreparedGeneration>(
           0,
           Math.min(pollWaitMs, nextAttempt === undefined ? pollWaitMs : nextAttempt - clock.now()),
         );
-        const query = new URLSearchParams({
-          hash: known.hash,
-          retry: String(known.retry),
-          force: String(known.force),
-          suspended: known.suspended ? '1' : '0',
-          // A poll interval longer than the protocol's longest wait polls again in between.
-          wait: String(Math.min(MAX_POLL_WAIT_SECONDS, Math.floor(waitMs / 1000))),
-        });
-        const answer = await connection.request('GET', `/v1/bundle?${query.toString()}`, {
-          token: enrollment.credential,
-          signal: round.signal,
-          timeoutMs: waitMs + 30_000,
-        });
-        options.metrics?.recordReachable(true);
-        if (answer.status === 200) {
+        const changed = await client.poll(
+          enrollment.credential,
+          {
+            hash: known.hash,
+            retry: known.retry,
+            force: known.force,
+            suspended: known.suspended ? '1' : '0',
+            // A poll interval longer than the protocol's longest wait polls again in between.
+            wait: Math.min(MAX_POLL_WAIT_SECONDS, Math.floor(waitMs / 1000)),
+          },
+          {
+            signal: round.signal,
+            timeoutMs: waitMs + 30_000,
+            onAnswer: () => options.metrics?.recordReachable(true),
+          },
+        );
+        if (changed !== undefined) {
           connectFailures = 0;
-          pollWaitMs = takeBundle(reconciler, answer.body, log) ?? pollWaitMs;
+          pollWaitMs = takeBundle(reconciler, changed.body, log) ?? pollWaitMs;
           continue;
         }
-        if (answer.status !== 304) throw refusal('poll for a bundle', answer);
         // Only an answer that is not an error ends the backoff: a controller that refuses (4xx)
         // or fails (5xx) is asked again ever more slowly, never about once a second.
         connectFailures = 0;
@@ -284,169 +243,7 @@ export async function runAgent<P extends PreparedGeneration>(
     // The watchers finish a repair in flight before the agent says it stopped.
     watching.abort();
     await watched;
-    connection.close();
-  }
-}
-
-/** One round's signal: aborted by the agent's stop or by a wakeup from the watchers. */
-interface Round {
-  readonly signal: AbortSignal;
-  wake(): void;
-  /** Takes its listener off the stop signal. */
-  end(): void;
-}
-
-/**
- * A controller per round, whose listener on the long-lived stop signal is removed at the round's
- * end. Not AbortSignal.any([stop, wakeup]) each round: on Node 20 every combined signal stays
- * among the stop signal's dependants (nodejs/node#55351, #54614), one more per round for ever.
- */
-function startRound(stop: AbortSignal): Round {
-  const controller = new AbortController();
-  const abort = (): void => {
-    controller.abort();
-  };
-  if (stop.aborted) abort();
-  else stop.addEventListener('abort', abort, { once: true });
-  return {
-    signal: controller.signal,
-    wake: abort,
-    end: () => {
-      stop.removeEventListener('abort', abort);
-    },
-  };
-}
-
-/**
- * Runs the engine's watchers until `signal` aborts, and starts them again with backoff when they
- * fail (a monitor died): without them drift is repaired only at each round, minutes apart.
- */
-async function keepWatching<P extends PreparedGeneration>(input: {
-  readonly engine: HostEngine<P>;
-  readonly signal: AbortSignal;
-  readonly clock: AgentClock;
-  readonly random: () => number;
-  readonly backoff: BackoffPolicy;
-  readonly log: (line: string) => void;
-  readonly metrics?: AgentMetrics;
-  readonly onPass: (pass: ResidentPass) => void;
-}): Promise<void> {
-  const { engine, signal, clock, backoff, log } = input;
-  if (engine.watch === undefined) return;
-  let failures = 0;
-  let restarts = 0;
-  while (!signal.aborted) {
-    const started = clock.now();
-    try {
-      // Resolves when stopped, or at once when the host's backend cannot watch.
-      await engine.watch({ signal, log, onPass: input.onPass });
-      return;
-    } catch (error) {
-      if (isAborted(signal)) return;
-      // Watchers that ran longer than the cap were healthy: count failures afresh.
-      if (clock.now() - started >= backoff.capMs) failures = 0;
-      failures += 1;
-      restarts += 1;
-      const delay = backoffDelay(failures, backoff, input.random);
-      input.metrics?.recordWatcherRestart();
-      log(
-        `warning: the watchers stopped: ${(error as Error).message}; starting them again in ${(delay / 1000).toFixed(1)} s (restart ${restarts}); drift is repaired at each round meanwhile`,
-      );
-      await clock.sleep(delay, signal);
-    }
-  }
-}
-
-async function enroll<P extends PreparedGeneration>(options: AgentOptions<P>): Promise<Enrollment> {
-  let text: string;
-  try {
-    text = readFileSync(options.tokenFile, 'utf8');
-  } catch (error) {
-    throw new EgressguardError(
-      'usage',
-      `Cannot read the bootstrap token "${options.tokenFile}": ${(error as Error).message}`,
-    );
-  }
-  const token = parseBootstrapToken(text);
-  if (token === undefined) {
-    throw new EgressguardError(
-      'usage',
-      `Cannot use the bootstrap token in "${options.tokenFile}": it is not an egressguard token (egb1.…)`,
-      {
-        hint: 'mint one with `egressguard fleet token create`',
-      },
-    );
-  }
-  const serverUrl = options.serverUrl.replace(/\/+$/, '');
-  const https = serverUrl.startsWith('https:');
-  if (https && token.caPin === null) {
-    throw new EgressguardError(
-      'usage',
-      `Cannot enroll with "${serverUrl}": the bootstrap token carries no CA pin (it was minted by a plain-HTTP controller)`,
-    );
-  }
-  const caPem = https && token.caPin !== null ? await fetchPinnedCa(serverUrl, token.caPin) : null;
-  const connection = connectController(serverUrl, caPem);
-  try {
-    const facts = await options.engine.readFacts();
-    const answer = await connection.request('POST', '/v1/enroll', {
-      body: {
-        token: text.trim(),
-        hostname: options.hostname,
-        agentVersion: options.agentVersion,
-        facts,
-      },
-    });
-    if (answer.status !== 200) throw refusal('enroll', answer);
-    const enrolled = enrollResponseSchema.parse(answer.body);
-    const enrollment: Enrollment = {
-      serverUrl,
-      hostId: enrolled.hostId,
-      hostName: enrolled.hostName,
-      credential: enrolled.credential,
-      credentialIssuedAt: (options.clock ?? systemAgentClock).now(),
-      caPem,
-    };
-    options.stateDir.write(ENROLLMENT_FILE, `${JSON.stringify(enrollment, null, 2)}\n`);
-    return enrollment;
-  } finally {
-    connection.close();
-  }
-}
-
-async function rotate(
-  connection: ControllerConnection,
-  enrollment: Enrollment,
-  stateDir: StateDir,
-  clock: Clock,
-): Promise<Enrollment> {
-  const answer = await connection.request('POST', '/v1/credential/rotate', {
-    token: enrollment.credential,
-  });
-  if (answer.status !== 200) throw refusal('rotate the credential', answer);
-  const next = {
-    ...enrollment,
-    credential: rotateResponseSchema.parse(answer.body).credential,
-    credentialIssuedAt: clock.now(),
-  };
-  // Written before first use: the controller retires the old credential only when the new one is used.
-  stateDir.write(ENROLLMENT_FILE, `${JSON.stringify(next, null, 2)}\n`);
-  return next;
-}
-
-function readEnrollment(stateDir: StateDir): Enrollment | undefined {
-  const text = stateDir.read(ENROLLMENT_FILE);
-  if (text === undefined) return undefined;
-  try {
-    return JSON.parse(text) as Enrollment;
-  } catch (error) {
-    throw new EgressguardError(
-      'state-corrupt',
-      `Cannot read "${stateDir.file(ENROLLMENT_FILE)}": ${(error as Error).message}`,
-      {
-        hint: 'remove it and enroll again with a new bootstrap token',
-      },
-    );
+    client.close();
   }
 }
 
@@ -474,44 +271,6 @@ async function saveMemory(
   const text = `${JSON.stringify(memory)}\n`;
   if (text !== written) await stateDir.writeAsync(MEMORY_FILE, text);
   return text;
-}
-
-/** A controller's answer that is not what was asked for: its status and when to ask again. */
-class ControllerRefusal extends EgressguardError {
-  readonly status: number;
-  readonly retryAfterMs: number;
-
-  constructor(action: string, answer: ControllerAnswer) {
-    super(
-      'command-failed',
-      `Controller refused to ${action} (HTTP ${answer.status}): ${describeRefusal(answer)}`,
-    );
-    this.status = answer.status;
-    this.retryAfterMs = (answer.retryAfterSeconds ?? 0) * 1000;
-  }
-}
-
-function refusal(action: string, answer: ControllerAnswer): ControllerRefusal {
-  return new ControllerRefusal(action, answer);
-}
-
-/** A refusal that may end by itself: the controller busy (429) or failing (5xx). */
-function isRetriable(error: unknown): boolean {
-  return error instanceof ControllerRefusal && (error.status === 429 || error.status >= 500);
-}
-
-/**
- * How long to wait after failure number `failures`: the controller's `Retry-After` at least, plus
- * the agent's own full-jitter backoff, so a fleet told the same delay does not return at once.
- */
-function retryDelay(
-  error: unknown,
-  failures: number,
-  backoff: BackoffPolicy,
-  random: () => number,
-): number {
-  const floor = error instanceof ControllerRefusal ? error.retryAfterMs : 0;
-  return floor + backoffDelay(failures, backoff, random);
 }
 
 /** Why `runAgent` returned: a stop signal, or the controller ending this host's membership. */
@@ -568,9 +327,4 @@ function isAbortError(error: unknown): boolean {
     if (e.name === 'AbortError') return true;
   }
   return false;
-}
-
-/** Read through a call: TypeScript would narrow `signal.aborted` to false inside the loop. */
-function isAborted(signal: AbortSignal): boolean {
-  return signal.aborted;
 }

@@ -1,14 +1,8 @@
 export {
   Controller,
-  type AuditEntry,
   type ControllerOptions,
-  type EventView,
   type HostIdentity,
-  type HostView,
-  type PushResult,
   type ReportTaken,
-  type RolloutView,
-  type WaveView,
 } from './controller.js';
 export {
   createHostIrBinder,
@@ -50,7 +44,13 @@ export {
 export * from './protocol.js';
 export { RefusedError, type RefusalCode } from './request-error.js';
 export { type RolloutParamsInput } from './rollout-plan.js';
-export { parseBootstrapToken, type BootstrapToken } from './secrets.js';
+export {
+  createSecret,
+  hashSecret,
+  matchesSecret,
+  parseBootstrapToken,
+  type BootstrapToken,
+} from './secrets.js';
 export { openStore, type Store, type StoreOptions } from './store/open-store.js';
 export {
   classifyStoreError,

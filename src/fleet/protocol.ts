@@ -1,4 +1,8 @@
 import { z } from 'zod';
+import type { PolicyIssue } from '../policy/index.js';
+import type { Condition } from './conditions.js';
+import type { RolloutParams } from './rollout-plan.js';
+import type { RolloutState, WaveState } from './store/database.js';
 
 /**
  * The wire between agent and controller. Every body is validated with these schemas on arrival,
@@ -193,3 +197,167 @@ export const errorResponseSchema = z.strictObject({
     issues: z.array(z.unknown()).optional(),
   }),
 });
+
+// ── the operator API ──────────────────────────────────────────────────────────────────────────
+
+const rolloutRequestSchema = z
+  .strictObject({
+    canary: z.number().int().min(0).optional(),
+    maxUnavailable: z.number().int().positive().optional(),
+    bakeMs: z.number().int().min(0).optional(),
+    maxFailures: z.number().int().min(0).optional(),
+  })
+  .optional();
+
+/** `POST /v1/pushes`: a policy to validate and roll out. */
+export const pushRequestSchema = z.strictObject({
+  policy: z.string().min(1),
+  source: z.string().min(1).max(256),
+  rollout: rolloutRequestSchema,
+  /** Backend options every host compiles with (`rulePriority`, `routeTable`…). */
+  options: pushOptionsSchema.optional(),
+  /** The client's key: the same push sent again with it is answered, never pushed twice. */
+  idempotencyKey: z
+    .string()
+    .regex(/^[A-Za-z0-9._:-]{8,128}$/, '8 to 128 letters, digits, ".", "_", ":" or "-"')
+    .optional(),
+});
+export type PushRequest = z.input<typeof pushRequestSchema>;
+
+/** `POST /v1/rollback`. */
+export const rollbackRequestSchema = z.strictObject({ rollout: rolloutRequestSchema }).optional();
+export type RollbackRequest = z.input<typeof rollbackRequestSchema>;
+
+/** `POST /v1/tokens`: a bootstrap token to mint. */
+export const tokenRequestSchema = z.strictObject({
+  ttlSeconds: z
+    .number()
+    .int()
+    .positive()
+    .max(366 * 86_400)
+    .default(86_400),
+  uses: z.number().int().positive().max(100_000).default(1),
+  labels: hostLabelsSchema.default({}),
+  description: z.string().max(256).default(''),
+});
+export type TokenRequest = z.input<typeof tokenRequestSchema>;
+
+/** The verbs an operator sends to one host: `POST /v1/hosts/:name/<verb>`. */
+export const HOST_VERBS = ['retry', 'force', 'suspend', 'resume', 'decommission'] as const;
+export type HostVerb = (typeof HOST_VERBS)[number];
+
+/** `GET /v1/hosts`. */
+export interface HostsResponse {
+  readonly hosts: readonly HostView[];
+}
+/** `GET /v1/hosts/:name` and every host verb. */
+export interface HostResponse {
+  readonly host: HostView;
+}
+/** `GET /v1/hosts/:name/events` and `GET /v1/events`. */
+export interface EventsResponse {
+  readonly events: readonly EventView[];
+}
+/** `POST /v1/hosts/:name/credentials/revoke`. */
+export interface RevokeCredentialsResponse {
+  readonly revoked: number;
+}
+/** `POST /v1/tokens`: the token is shown once. */
+export interface TokenResponse {
+  readonly token: string;
+  readonly id: string;
+  readonly expiresAt: number;
+}
+/** `POST /v1/pushes` (an invalid policy is refused with 422 and its issues). */
+export type PushResponse = Extract<PushResult, { ok: true }>;
+/** `POST /v1/rollback`. */
+export type RollbackResponse = PushResult & { readonly restoredPushId?: string };
+/** `GET /v1/rollouts`. */
+export interface RolloutsResponse {
+  readonly rollouts: readonly RolloutView[];
+}
+/** `GET /v1/rollouts/:id` and `POST /v1/rollouts/:id/resume`. */
+export interface RolloutResponse {
+  readonly rollout: RolloutView;
+}
+/** `GET /v1/audit`. */
+export interface AuditResponse {
+  readonly audit: readonly AuditEntry[];
+}
+
+// The views the operator reads: the controller builds them, the client and the CLI print them.
+
+/** One host as `fleet status` shows it. */
+export interface HostView {
+  readonly id: string;
+  readonly name: string;
+  readonly labels: Readonly<Record<string, string>>;
+  readonly agentVersion: string | null;
+  readonly enrolledAt: number;
+  readonly lastCheckinAt: number | null;
+  /** The host has not checked in within its grace. */
+  readonly silent: boolean;
+  readonly suspended: boolean;
+  readonly decommissioned: boolean;
+  readonly desiredPushId: string | null;
+  readonly desiredHash: string | null;
+  readonly lastAttemptedHash: string | null;
+  readonly appliedHash: string | null;
+  readonly liveHash: string | null;
+  readonly failures: {
+    readonly hash: string;
+    readonly count: number;
+    readonly nextAttemptAt: number | null;
+    readonly lastError: string | null;
+  } | null;
+  readonly conditions: readonly Condition[];
+}
+
+export interface WaveView {
+  readonly index: number;
+  readonly state: WaveState;
+  readonly hosts: readonly string[];
+  readonly startedAt: number | null;
+  readonly judgedAt: number | null;
+}
+
+export interface RolloutView {
+  readonly id: string;
+  readonly pushId: string;
+  readonly state: RolloutState;
+  readonly params: RolloutParams;
+  readonly currentWave: number;
+  readonly pausedReason: string | null;
+  readonly createdAt: number;
+  readonly waves: readonly WaveView[];
+}
+
+export interface EventView {
+  readonly at: number;
+  readonly host: string | null;
+  readonly rolloutId: string | null;
+  readonly kind: string;
+  readonly message: string;
+  readonly hash: string | null;
+}
+
+export interface AuditEntry {
+  readonly at: number;
+  readonly actor: string;
+  readonly action: string;
+  readonly target: string;
+  readonly details: unknown;
+}
+
+/** What a push (or a rollback) answers: the rollout it started, or why the policy was refused. */
+export type PushResult =
+  | {
+      readonly ok: true;
+      readonly pushId: string;
+      readonly rolloutId: string;
+      readonly waves: readonly number[];
+      readonly warnings: readonly PolicyIssue[];
+      /** The push was made earlier under the same idempotency key: nothing new was pushed. */
+      readonly replayed?: boolean;
+    }
+  | { readonly ok: false; readonly issues: readonly PolicyIssue[] };

@@ -2,21 +2,31 @@ import { setMaxListeners } from 'node:events';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import {
+  HOST_VERBS,
   RefusedError,
+  matchesSecret,
   bundleQuerySchema,
-  hostLabelsSchema,
-  pushOptionsSchema,
   enrollRequestSchema,
+  pushRequestSchema,
+  rollbackRequestSchema,
   statusReportSchema,
+  tokenRequestSchema,
+  type AuditResponse,
   type BundleQuery,
   type BundleResponse,
   type Controller,
+  type EventsResponse,
   type HostIdentity,
+  type HostResponse,
+  type HostsResponse,
+  type RevokeCredentialsResponse,
   type RolloutParamsInput,
+  type RolloutResponse,
+  type RolloutsResponse,
   type StoreFault,
+  type TokenResponse,
 } from '../fleet/index.js';
 import { HostRateLimiter, DEFAULT_HOST_RATE_LIMIT, type HostRateLimit } from './host-rate-limit.js';
-import { matchesOperatorToken } from './operator-token.js';
 import type { ServerMetrics } from './server-metrics.js';
 
 export interface AppOptions {
@@ -34,38 +44,6 @@ export interface AppOptions {
   readonly log?: (line: string) => void;
 }
 
-const rolloutSchema = z
-  .strictObject({
-    canary: z.number().int().min(0).optional(),
-    maxUnavailable: z.number().int().positive().optional(),
-    bakeMs: z.number().int().min(0).optional(),
-    maxFailures: z.number().int().min(0).optional(),
-  })
-  .optional();
-const pushSchema = z.strictObject({
-  policy: z.string().min(1),
-  source: z.string().min(1).max(256),
-  rollout: rolloutSchema,
-  /** Backend options every host compiles with (`rulePriority`, `routeTable`…). */
-  options: pushOptionsSchema.optional(),
-  /** The client's key: the same push sent again with it is answered, never pushed twice. */
-  idempotencyKey: z
-    .string()
-    .regex(/^[A-Za-z0-9._:-]{8,128}$/, '8 to 128 letters, digits, ".", "_", ":" or "-"')
-    .optional(),
-});
-const rollbackSchema = z.strictObject({ rollout: rolloutSchema }).optional();
-const tokenSchema = z.strictObject({
-  ttlSeconds: z
-    .number()
-    .int()
-    .positive()
-    .max(366 * 86_400)
-    .default(86_400),
-  uses: z.number().int().positive().max(100_000).default(1),
-  labels: hostLabelsSchema.default({}),
-  description: z.string().max(256).default(''),
-});
 const hostParams = z.strictObject({ name: z.string().min(1).max(253) });
 const rolloutParams = z.strictObject({ id: z.string().min(1).max(64) });
 const limitQuery = z.strictObject({
@@ -229,7 +207,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
   };
   const asOperator = (request: FastifyRequest): string => {
     const token = bearer(request);
-    if (token === undefined || !matchesOperatorToken(token, options.operatorTokenHash)) {
+    if (token === undefined || !matchesSecret(token, options.operatorTokenHash)) {
       throw new RefusedError(
         'unauthenticated',
         'An operator token is required (Authorization: Bearer …)',
@@ -303,41 +281,37 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
 
   // ── operators ─────────────────────────────────────────────────────────────────────────────
 
-  app.get('/v1/hosts', async (request) => {
+  app.get('/v1/hosts', async (request): Promise<HostsResponse> => {
     asOperator(request);
     return { hosts: await controller.listHosts() };
   });
-  app.get('/v1/hosts/:name', async (request) => {
+  app.get('/v1/hosts/:name', async (request): Promise<HostResponse> => {
     asOperator(request);
     return { host: await controller.host(hostParams.parse(request.params).name) };
   });
-  app.get('/v1/hosts/:name/events', async (request) => {
+  app.get('/v1/hosts/:name/events', async (request): Promise<EventsResponse> => {
     asOperator(request);
     const { limit } = limitQuery.parse(request.query);
     return {
       events: await controller.events({ hostName: hostParams.parse(request.params).name, limit }),
     };
   });
-  const verbs = {
-    retry: (name: string, actor: string) => controller.retry(name, actor),
-    force: (name: string, actor: string) => controller.force(name, actor),
-    suspend: (name: string, actor: string) => controller.suspend(name, actor),
-    resume: (name: string, actor: string) => controller.resume(name, actor),
-    decommission: (name: string, actor: string) => controller.decommission(name, actor),
-  } as const;
-  for (const [verb, run] of Object.entries(verbs)) {
-    app.post(`/v1/hosts/:name/${verb}`, async (request) => {
+  for (const verb of HOST_VERBS) {
+    app.post(`/v1/hosts/:name/${verb}`, async (request): Promise<HostResponse> => {
       const actor = asOperator(request);
-      return { host: await run(hostParams.parse(request.params).name, actor) };
+      return { host: await controller[verb](hostParams.parse(request.params).name, actor) };
     });
   }
-  app.post('/v1/hosts/:name/credentials/revoke', async (request) => {
+  app.post(
+    '/v1/hosts/:name/credentials/revoke',
+    async (request): Promise<RevokeCredentialsResponse> => {
+      const actor = asOperator(request);
+      return controller.revokeCredentials(hostParams.parse(request.params).name, actor);
+    },
+  );
+  app.post('/v1/tokens', async (request): Promise<TokenResponse> => {
     const actor = asOperator(request);
-    return controller.revokeCredentials(hostParams.parse(request.params).name, actor);
-  });
-  app.post('/v1/tokens', async (request) => {
-    const actor = asOperator(request);
-    const body = tokenSchema.parse(request.body ?? {});
+    const body = tokenRequestSchema.parse(request.body ?? {});
     return controller.createBootstrapToken(
       {
         ttlMs: body.ttlSeconds * 1000,
@@ -353,7 +327,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     { bodyLimit: options.maxPolicyBytes ?? 16 * 1024 * 1024 },
     async (request, reply) => {
       const actor = asOperator(request);
-      const body = pushSchema.parse(request.body);
+      const body = pushRequestSchema.parse(request.body);
       const result = await controller.push(
         {
           text: body.policy,
@@ -376,23 +350,23 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
   );
   app.post('/v1/rollback', async (request, reply) => {
     const actor = asOperator(request);
-    const body = rollbackSchema.parse(request.body ?? undefined);
+    const body = rollbackRequestSchema.parse(request.body ?? undefined);
     return reply.code(201).send(await controller.rollback(actor, stripUndefined(body?.rollout)));
   });
-  app.get('/v1/rollouts', async (request) => {
+  app.get('/v1/rollouts', async (request): Promise<RolloutsResponse> => {
     asOperator(request);
     return { rollouts: await controller.listRollouts() };
   });
-  app.get('/v1/rollouts/:id', async (request) => {
+  app.get('/v1/rollouts/:id', async (request): Promise<RolloutResponse> => {
     asOperator(request);
     return { rollout: await controller.rolloutView(rolloutParams.parse(request.params).id) };
   });
-  app.post('/v1/rollouts/:id/resume', async (request) => {
+  app.post('/v1/rollouts/:id/resume', async (request): Promise<RolloutResponse> => {
     const actor = asOperator(request);
     const { id } = rolloutParams.parse(request.params);
     return { rollout: await controller.resumeRollout(id === 'latest' ? undefined : id, actor) };
   });
-  app.get('/v1/events', async (request) => {
+  app.get('/v1/events', async (request): Promise<EventsResponse> => {
     asOperator(request);
     const query = eventsQuery.parse(request.query);
     return {
@@ -402,7 +376,7 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
       }),
     };
   });
-  app.get('/v1/audit', async (request) => {
+  app.get('/v1/audit', async (request): Promise<AuditResponse> => {
     asOperator(request);
     return { audit: await controller.auditLog(limitQuery.parse(request.query).limit) };
   });
@@ -423,8 +397,8 @@ export function createApp(options: AppOptions): { app: FastifyInstance; shutdown
     if (
       token === undefined ||
       !(
-        matchesOperatorToken(token, options.metricsTokenHash) ||
-        matchesOperatorToken(token, options.operatorTokenHash)
+        matchesSecret(token, options.metricsTokenHash) ||
+        matchesSecret(token, options.operatorTokenHash)
       )
     ) {
       throw new RefusedError(

@@ -1,19 +1,9 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { EgressguardError } from '../core/index.js';
+import { createSecret } from '../fleet/index.js';
 
 export const OPERATOR_TOKEN_ENV = 'EGRESSGUARD_OPERATOR_TOKEN';
-
-export function hashOperatorToken(token: string): string {
-  return createHash('sha256').update(token).digest('hex');
-}
-
-export function matchesOperatorToken(presented: string, storedHash: string): boolean {
-  const a = Buffer.from(hashOperatorToken(presented), 'hex');
-  const b = Buffer.from(storedHash, 'hex');
-  return a.length === b.length && timingSafeEqual(a, b);
-}
 
 /** The scrape credential `/metrics` asks for, when not in a file. */
 export const METRICS_TOKEN_ENV = 'EGRESSGUARD_METRICS_TOKEN';
@@ -61,7 +51,7 @@ function loadToken(options: {
     );
   }
   mkdirSync(dirname(options.fallbackFile), { recursive: true, mode: 0o700 });
-  const token = `${options.prefix}.${randomBytes(32).toString('base64url')}`;
+  const token = `${options.prefix}.${createSecret()}`;
   writeFileSync(options.fallbackFile, `${token}\n`, { mode: 0o600, flag: 'wx' });
   return { token, source: options.fallbackFile };
 }

@@ -7,12 +7,13 @@ import {
   createHostIrBinder,
   openStore,
   systemClock,
+  hashSecret,
   type BundleBinder,
   type Clock,
 } from '../fleet/index.js';
 import { createApp } from './create-app.js';
 import type { HostRateLimit } from './host-rate-limit.js';
-import { hashOperatorToken, loadMetricsToken, loadOperatorToken } from './operator-token.js';
+import { loadMetricsToken, loadOperatorToken } from './operator-token.js';
 import { createServerMetrics } from './server-metrics.js';
 
 export interface ServerOptions {
@@ -123,8 +124,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const { app, shutdown } = createApp({
     controller,
     metrics,
-    operatorTokenHash: hashOperatorToken(operator.token),
-    metricsTokenHash: hashOperatorToken(scrape.token),
+    operatorTokenHash: hashSecret(operator.token),
+    metricsTokenHash: hashSecret(scrape.token),
     ...(options.hostRateLimit === undefined ? {} : { hostRateLimit: options.hostRateLimit }),
     https: tls,
     log,

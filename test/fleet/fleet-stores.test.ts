@@ -258,7 +258,7 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
 
     const operator = createOperatorClient({ server: server.url, stateDir });
     try {
-      await operator.call('POST', '/v1/rollouts/latest/resume');
+      await operator.resumeRollout('latest');
     } finally {
       operator.close();
     }
@@ -293,24 +293,24 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
       const { server, agents, stateDir } = await fleetOf(names);
       const operator = createOperatorClient({ server: server.url, stateDir });
       try {
-        const first = (await operator.call('POST', '/v1/pushes', {
+        const first = await operator.push({
           policy: POLICY_V1,
           source: 'v1.yaml',
           rollout: { canary: 0, bakeMs: 0, maxUnavailable: 2 },
-        })) as { pushId: string };
+        });
         const v1 = await waitForConverged(server, names);
         const hashV1 = v1[0]?.desiredHash;
 
         // force: applied again although nothing changed
         const applies = agents['host-a']?.engine.applies.length ?? 0;
-        await operator.call('POST', '/v1/hosts/host-a/force');
+        await operator.steerHost('force', 'host-a');
         await waitFor('a forced apply', () =>
           (agents['host-a']?.engine.applies.length ?? 0) > applies ? true : undefined,
         );
 
         // retry: a failing host is tried again at once, attempt numbering restarts
         agents['host-b']?.engine.failApplies('busy', 'v2');
-        await operator.call('POST', '/v1/pushes', {
+        await operator.push({
           policy: policyVariant('v2'),
           source: 'v2.yaml',
           rollout: { canary: 0, bakeMs: 0, maxUnavailable: 2, maxFailures: 1 },
@@ -318,7 +318,7 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
         await waitFor('host-b to fail twice', async () =>
           ((await hostNamed(server, 'host-b')).failures?.count ?? 0) >= 2 ? true : undefined,
         );
-        await operator.call('POST', '/v1/hosts/host-b/retry');
+        await operator.steerHost('retry', 'host-b');
         // The retry re-armed the budget: the next attempt is number 1 again, not 3 or later.
         await waitFor('an attempt numbered 1 after the retry', async () => {
           const events = await server.controller.events({ hostName: 'host-b' });
@@ -335,8 +335,8 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
         const hashesV2 = Object.fromEntries(v2.map((h) => [h.name, h.desiredHash]));
 
         // suspend: a new push is not applied until resume
-        await operator.call('POST', '/v1/hosts/host-b/suspend');
-        await operator.call('POST', '/v1/pushes', {
+        await operator.steerHost('suspend', 'host-b');
+        await operator.push({
           policy: policyVariant('v3'),
           source: 'v3.yaml',
           rollout: { canary: 0, bakeMs: 0, maxUnavailable: 2, maxFailures: 1 },
@@ -346,13 +346,11 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
         expect(suspended.suspended).toBe(true);
         expect(suspended.appliedHash).not.toBe(suspended.desiredHash);
         expect(condition(suspended, 'Progressing').reason).toBe('Suspended');
-        await operator.call('POST', '/v1/hosts/host-b/resume');
+        await operator.steerHost('resume', 'host-b');
         await waitForConverged(server, names);
 
         // rollback: back to the policy before the current one (v2), in one wave
-        const rolled = (await operator.call('POST', '/v1/rollback', {})) as {
-          restoredPushId: string;
-        };
+        const rolled = await operator.rollback({});
         expect(rolled.restoredPushId).not.toBe(first.pushId);
         const back = await waitFor('the rollback to converge', async () => {
           const hosts = await waitForConverged(server, names);
@@ -361,7 +359,7 @@ describe.each(['sqlite', 'postgres'] as const)('fleet on %s', (kind) => {
         expect(back.map((h) => h.desiredHash)).not.toContain(hashV1);
 
         // decommission: the agent is told to stop, its credential no longer works
-        await operator.call('POST', '/v1/hosts/host-b/decommission');
+        await operator.steerHost('decommission', 'host-b');
         await expect(agents['host-b']?.outcome).resolves.toBe('decommissioned');
         expect((await server.controller.listHosts()).map((h) => h.name)).toEqual(['host-a']);
 

@@ -26,7 +26,7 @@ export const COMMANDS: Readonly<Record<string, () => Promise<Register>>> = {
   prove: async () => (await import('./prove.js')).registerProve,
   selftest: async () => (await import('./selftest.js')).registerSelftest,
   server: async () => (await import('./server.js')).registerServer,
-  fleet: async () => (await import('./fleet.js')).registerFleet,
+  fleet: async () => (await import('./fleet/index.js')).registerFleet,
   agent: async () => (await import('./agent.js')).registerAgent,
 };
 

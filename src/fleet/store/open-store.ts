@@ -9,6 +9,7 @@ import {
   SqliteDriver,
   type DatabaseConnection,
   type Driver,
+  type SelectQueryBuilder,
 } from 'kysely';
 import type BetterSqlite3 from 'better-sqlite3';
 import type * as Pg from 'pg';
@@ -27,6 +28,14 @@ import {
 export interface Store {
   readonly db: Kysely<Database>;
   readonly dialect: StoreDialect;
+  /**
+   * Adds `for update` (and `skip locked` when asked) to a read on PostgreSQL; SQLite takes a
+   * transaction's write lock for the whole database, so the read goes as it is.
+   */
+  lockRows<DB, TB extends keyof DB, O>(
+    query: SelectQueryBuilder<DB, TB, O>,
+    options?: { readonly skipLocked?: boolean },
+  ): SelectQueryBuilder<DB, TB, O>;
   /** A redacted form of the URL, for logs and messages. */
   readonly description: string;
   /**
@@ -163,6 +172,7 @@ function openSqlite(path: string, log: (line: string) => void): StartableStore {
   return {
     db,
     dialect: 'sqlite',
+    lockRows: (query) => query,
     description,
     start: () => Promise.resolve(),
     wakeHosts: (hostIds) => {
@@ -293,6 +303,8 @@ function openPostgres(url: string, log: (line: string) => void): StartableStore 
   return {
     db,
     dialect: 'postgres',
+    lockRows: (query, options) =>
+      options?.skipLocked === true ? query.forUpdate().skipLocked() : query.forUpdate(),
     description,
     start: () => listener.start(),
     wakeHosts: async (hostIds) => {
