@@ -1,6 +1,10 @@
 import { appendFileSync, existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { spawn as spawnProcess, type ChildProcess, type ChildProcessByStdio } from 'node:child_process';
+import {
+  spawn as spawnProcess,
+  type ChildProcess,
+  type ChildProcessByStdio,
+} from 'node:child_process';
 import type { Readable } from 'node:stream';
 import { EgressguardError } from '../core/index.js';
 import {
