@@ -9,6 +9,7 @@ import {
 } from './bundle-binder.js';
 import { Controller } from './controller.js';
 import { AGENT_RECONNECT_CAP_MS, statusReportSchema } from './protocol.js';
+import { RefusedError } from './request-error.js';
 import { openStore, type Store } from './store/open-store.js';
 
 const POLICY = readFileSync(
@@ -155,6 +156,39 @@ describe('Controller (SQLite in memory, injected clock)', () => {
     expect(result.issues[0]).toMatchObject({ file: 'bad.yaml', severity: 'error' });
     expect(await controller.listRollouts()).toEqual([]);
     expect((await controller.auditLog()).map((e) => e.action)).not.toContain('policy.push');
+  });
+
+  it('refuses a rollback to a policy that no longer validates, naming its push, and pushes nothing', async () => {
+    const { controller, store, enroll } = await setUp();
+    await enroll(['a']);
+    const rollout = { canary: 0, bakeMs: 0, maxUnavailable: 1 };
+    const first = await controller.push({ text: POLICY, source: 'v1.yaml', rollout }, 'op');
+    const second = await controller.push(
+      { text: `${POLICY}\n# v2\n`, source: 'v2.yaml', rollout },
+      'op',
+    );
+    if (!first.ok || !second.ok) throw new Error('the test policies must push');
+    // As if a newer egressguard validated more strictly than the one that took the first push.
+    await store.db
+      .updateTable('pushes')
+      .set({ policy_text: 'apiVersion: egressguard/v9\n' })
+      .where('id', '=', first.pushId)
+      .execute();
+    const refused = await controller.rollback('op').then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(RefusedError);
+    if (!(refused instanceof RefusedError)) return;
+    expect([refused.code, refused.status]).toEqual(['policy-invalid', 422]);
+    expect(refused.message).toContain(`Cannot roll back to push ${first.pushId} ("v1.yaml")`);
+    expect(refused.issues).toContainEqual(
+      expect.objectContaining({ code: 'api-version', file: 'v1.yaml' }),
+    );
+    expect((await controller.listRollouts()).map((r) => r.pushId).sort()).toEqual(
+      [first.pushId, second.pushId].sort(),
+    );
+    expect((await controller.auditLog()).map((e) => e.action)).not.toContain('policy.rollback');
   });
 
   it('marks a host silent after its grace; after a restart, only once the agents’ longest reconnect backoff and a poll interval are over', async () => {

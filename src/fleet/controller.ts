@@ -7,6 +7,7 @@ import type {
   HostView,
   ParsedStatusReport,
   PushResult,
+  RollbackResponse,
   RolloutView,
   TokenResponse,
 } from './protocol.js';
@@ -140,7 +141,7 @@ export class Controller {
   rollback(
     actor: string,
     rollout: RolloutParamsInput = {},
-  ): Promise<PushResult & { restoredPushId?: string }> {
+  ): Promise<RollbackResponse> {
     return rollouts.rollback(this.#core, actor, rollout);
   }
 

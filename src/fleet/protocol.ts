@@ -270,8 +270,8 @@ export interface TokenResponse {
 }
 /** `POST /v1/pushes` (an invalid policy is refused with 422 and its issues). */
 export type PushResponse = Extract<PushResult, { ok: true }>;
-/** `POST /v1/rollback`. */
-export type RollbackResponse = PushResult & { readonly restoredPushId?: string };
+/** `POST /v1/rollback` (a previous policy that no longer validates is refused with 422). */
+export type RollbackResponse = PushResponse & { readonly restoredPushId: string };
 /** `GET /v1/rollouts`. */
 export interface RolloutsResponse {
   readonly rollouts: readonly RolloutView[];

@@ -13,7 +13,7 @@ import {
 import { createId } from '../secrets.js';
 import type { Database, RolloutState } from '../store/database.js';
 import type { ControllerCore } from './controller-core.js';
-import type { PushResult, RolloutView } from '../protocol.js';
+import type { PushResult, RollbackResponse, RolloutView } from '../protocol.js';
 import { rolloutView } from './views.js';
 
 /** What an operator pushes: a policy's text, where it came from, and how to roll it out. */
@@ -207,7 +207,7 @@ export async function rollback(
   core: ControllerCore,
   actor: string,
   rollout: RolloutParamsInput = {},
-): Promise<PushResult & { restoredPushId?: string }> {
+): Promise<RollbackResponse> {
   const pushes = await core.store.db
     .selectFrom('pushes')
     .select(['id', 'policy_text', 'source', 'policy_digest', 'backend_options'])
@@ -232,7 +232,15 @@ export async function rollback(
     actor,
     'rollback',
   );
-  return result.ok ? { ...result, restoredPushId: previous.id } : result;
+  if (!result.ok) {
+    // Validation has grown stricter since that push (a newer egressguard): nothing is pushed.
+    throw new RefusedError(
+      'policy-invalid',
+      `Cannot roll back to push ${previous.id} ("${previous.source}"): its policy no longer validates (${result.issues.length} problem(s)); push a corrected policy instead`,
+      { issues: result.issues },
+    );
+  }
+  return { ...result, restoredPushId: previous.id };
 }
 
 /** Continues a paused rollout: the paused wave is accepted as judged and the next one starts. */

@@ -22,7 +22,5 @@ export function registerRollback(fleet: Command, ctx: CommandContext, run: Fleet
 }
 
 function describeRollback(result: RollbackResponse): string {
-  // A previous policy that no longer validates is answered without a push (and so without ids).
-  const { pushId, rolloutId } = result.ok ? result : { pushId: undefined, rolloutId: undefined };
-  return `rolled back to the policy of ${String(result.restoredPushId)}: push ${String(pushId)}, rollout ${String(rolloutId)}`;
+  return `rolled back to the policy of ${result.restoredPushId}: push ${result.pushId}, rollout ${result.rolloutId}`;
 }
