@@ -128,16 +128,11 @@ export interface Compiler {
   notes?(ir: HostIR, options?: CompileOptions): readonly string[];
 }
 
-/** What a backend can enforce; shared code asks these, never the backend's name. */
+/**
+ * What shared code must know of a backend and cannot learn from its collaborators; it asks these,
+ * never the backend's name. Only what something reads belongs here (an architecture test checks).
+ */
 export interface Capabilities {
-  /** Steers tunnel classes with policy routing (owned table, rules, blackhole). */
-  readonly supportsSteering: boolean;
-  readonly supportsKillSwitch: boolean;
-  readonly supportsAudit: boolean;
-  readonly supportsMssClamp: boolean;
-  readonly supportsHostClasses: boolean;
-  /** Per-rule counters can be read back, so live verdicts map to rule ids. */
-  readonly supportsRuleCounters: boolean;
   /** The enforcer runs on this machine, so differential tests use the real thing. */
   readonly runsHere: boolean;
   /** Enforces Kubernetes classes (pods); `explain` names its layer for them. */

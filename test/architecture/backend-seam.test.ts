@@ -65,4 +65,34 @@ describe('the backend seam', () => {
       "a backend's folder",
     ]);
   });
+
+  it('declares only capabilities that shared code reads', () => {
+    expect(unreadCapabilities(files)).toEqual([]);
+  });
+
+  it('finds a capability nothing reads (the check can fail)', () => {
+    const declared = readFileSync(join(SRC, 'backends', 'backend.ts'), 'utf8').replace(
+      'export interface Capabilities {',
+      'export interface Capabilities {\n  readonly supportsTeleport: boolean;',
+    );
+    expect(capabilitiesIn(declared)).toContain('supportsTeleport');
+    expect(unreadCapabilities(files, declared)).toEqual(['supportsTeleport']);
+  });
 });
+
+/** The member names of the `Capabilities` interface in backend.ts's text. */
+function capabilitiesIn(text: string): string[] {
+  const body = /export interface Capabilities \{([\s\S]*?)\n\}/.exec(text)?.[1] ?? '';
+  return [...body.matchAll(/^\s*readonly (\w+)\??:/gm)].map((m) => m[1] ?? '');
+}
+
+/** Capabilities that no shared file (outside the backends' folders) reads as `.name`. */
+function unreadCapabilities(
+  files: readonly string[],
+  declared = readFileSync(join(SRC, 'backends', 'backend.ts'), 'utf8'),
+): string[] {
+  const shared = files.filter((f) => !isExempt(f)).map((f) => readFileSync(f, 'utf8'));
+  return capabilitiesIn(declared).filter(
+    (name) => !shared.some((text) => new RegExp(`\\.${name}\\b`).test(text)),
+  );
+}

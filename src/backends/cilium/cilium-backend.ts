@@ -26,12 +26,6 @@ export const ciliumBackend: Backend = {
   // The cluster side of a gateway node: `run --k8s` and `doctor --k8s` (cluster-support.ts).
   cluster: ciliumClusterSupport,
   capabilities: {
-    supportsSteering: true,
-    supportsKillSwitch: true,
-    supportsAudit: false,
-    supportsMssClamp: false,
-    supportsHostClasses: true,
-    supportsRuleCounters: false,
     runsHere: false,
     supportsPodClasses: true,
     // shared/reference/cilium/NOTES.md, "eBPF host routing / EGW and node netfilter".

@@ -59,12 +59,6 @@ export const nftablesBackend: Backend = {
   name: 'nftables',
   layer: 'nftables',
   capabilities: {
-    supportsSteering: true,
-    supportsKillSwitch: true,
-    supportsAudit: true,
-    supportsMssClamp: true,
-    supportsHostClasses: true,
-    supportsRuleCounters: true,
     runsHere: true,
   },
   options: NFT_OPTIONS,

@@ -22,12 +22,6 @@ export const pfBackend: Backend = {
   // route-to in the anchor picks a tunnel class's exit: no routing layer beside pf.
   routingLayer: 'pf',
   capabilities: {
-    supportsSteering: false,
-    supportsKillSwitch: true,
-    supportsAudit: true,
-    supportsMssClamp: false,
-    supportsHostClasses: false,
-    supportsRuleCounters: true,
     runsHere: false,
   },
   options: PF_OPTIONS,
