@@ -11,7 +11,9 @@
 //     take (target: 0 of either), beside `--busy N` processes that spin on the CPU (`--busy 2`
 //     on 2 cores: the loaded machine a proof must hold on).
 // Usage: node scripts/bench-prove.mjs [--runs 3] [--reapplies 200] [--scenarios a,b] [--busy 0]
-//        [--out bench-out]
+//        [--capture] [--out bench-out]
+// --capture records every lab node's packets (prove --capture) and keeps them, in
+// bench-out/prove-captures/run-N/, for each run that is not proven.
 // Needs root and a build (npm run build). Results in bench-out/prove.json.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -37,6 +39,7 @@ const reapplies = option('--reapplies', '200');
 const scenarioIds = option('--scenarios', undefined);
 const outDir = option('--out', join(repo, 'bench-out'));
 const busy = Number(option('--busy', '0'));
+const capture = args.includes('--capture');
 const median = (xs) => {
   const sorted = [...xs].sort((a, b) => a - b);
   const mid = Math.floor(sorted.length / 2);
@@ -97,6 +100,7 @@ const results = [];
 try {
   for (let run = 1; run <= runs; run++) {
     const evidence = join(work, `proof-${run}.json`);
+    const captures = join(outDir, 'prove-captures', `run-${run}`);
     const load = loadavg()[0];
     const started = performance.now();
     const proved = spawnSync(
@@ -111,6 +115,7 @@ try {
         '--reapplies',
         reapplies,
         ...(scenarioIds === undefined ? [] : ['--scenarios', scenarioIds]),
+        ...(capture ? ['--capture', captures] : []),
       ],
       {
         env: { ...process.env, EGRESSGUARD_ROOTNS_GUARD: '1' },
@@ -140,6 +145,7 @@ try {
       );
       continue;
     }
+    if (report.outcome === 'proven') rmSync(captures, { recursive: true, force: true });
     const byId = new Map(report.scenarios.map((s) => [s.id, s]));
     const reapply = byId.get('reapply-under-traffic')?.metrics ?? {};
     const steps = Object.fromEntries(

@@ -9,6 +9,7 @@ import { formatIssue, hasErrors, loadPolicy, type Policy } from '../policy/index
 import { createRunner } from '../runner/index.js';
 import { computeCoverage, type RequirementCoverage } from './coverage.js';
 import { createHostControl, type CompiledPolicy, type HostControl } from './host-control.js';
+import { captureLab } from './lab/capture-lab.js';
 import { createLab, type Lab } from './lab/create-lab.js';
 import { labPython } from './lab/lab-python.js';
 import { deriveProbe, expandProbes, type SkippedProbe } from './lab-probes.js';
@@ -41,6 +42,8 @@ export interface ProveOptions {
   readonly reapplies?: number | undefined;
   /** Packets per second of each flow while reapplying; default 150. */
   readonly rate?: number | undefined;
+  /** Records every lab node's packets into `<captureDir>/<node>.pcap`. */
+  readonly captureDir?: string | undefined;
   readonly progress?: ((line: string) => void) | undefined;
 }
 
@@ -71,6 +74,8 @@ export interface ProofReport {
     readonly namespaces: readonly string[];
     /** Facts interfaces no lab node stands for, with why (loopback, down, no address). */
     readonly leftOut: readonly string[];
+    /** With --capture: every node's packets, one pcap file a node. */
+    readonly captures?: readonly string[];
   };
   readonly startedAt: string;
   readonly durationMs: number;
@@ -165,6 +170,11 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
     );
     lab = await createLab(plan.topology, { runner: createRunner({ guard: true }) });
     const theLab = lab;
+    const captures =
+      options.captureDir === undefined ? undefined : await captureLab(lab, options.captureDir);
+    if (options.captureDir !== undefined) {
+      progress(`capturing every lab node's packets into ${options.captureDir}`);
+    }
     host = createHostControl({
       netns: lab.ns(plan.host),
       stateRoot,
@@ -219,6 +229,7 @@ export async function proveInLab(options: ProveOptions): Promise<ProofReport> {
       id: lab.id,
       namespaces: lab.nodes.map((n) => theLab.ns(n)),
       leftOut: plan.facts.skipped,
+      ...(captures === undefined ? {} : { captures }),
     };
     await host.stopResident();
     await cleanup();

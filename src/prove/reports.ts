@@ -33,6 +33,9 @@ export function renderSummary(report: ProofReport, options: SummaryOptions): str
       )} · kernel ${v.kernel} · egressguard ${v.egressguard} · ${seconds(report.durationMs)}`,
     `  ${report.probes} lab probes from ${report.l1.length} policy probes (each also as UDP/TCP/ICMP and in the other tunnel state, judged by the reference evaluator)`,
     ...leftOutLines(report),
+    ...(report.lab.captures === undefined
+      ? []
+      : [`  every lab node's packets: ${report.lab.captures.join(', ')}`]),
     '',
     paint('bold', 'Scenarios') +
       '  (oracles: probe = the client and the address the far side saw; packets = nonce’d counts beyond the far sides, each armed by a positive control; enforcer = our counters and routes)',

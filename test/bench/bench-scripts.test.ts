@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -69,7 +69,10 @@ const SMOKE: Record<string, { args: string[]; check(dir: string): void }> = {
     },
   },
   'bench-prove.mjs': {
-    args: ['--runs', '1', '--reapplies', '2', '--scenarios', 'tunnel-down,reapply-under-traffic'],
+    args: [
+      ...['--runs', '1', '--reapplies', '2', '--scenarios', 'tunnel-down,reapply-under-traffic'],
+      '--capture',
+    ],
     check(dir) {
       const r = readJson(dir, 'prove.json') as {
         summary: { runs: number; falseFailures: number; unmeasuredRuns: number };
@@ -85,6 +88,12 @@ const SMOKE: Record<string, { args: string[]; check(dir: string): void }> = {
       expect(r.results[0]).toMatchObject({ reapplies: 2 });
       expect(r.results[0]?.reapplyMedianMs).toBeGreaterThan(0);
       expect(Object.keys(r.results[0]?.recoveryMs ?? {})).toContain('tunnel-down');
+      // The packets of a run are kept only when it is not proven.
+      const kept = existsSync(join(dir, 'prove-captures', 'run-1'))
+        ? readdirSync(join(dir, 'prove-captures', 'run-1'))
+        : [];
+      if (r.results[0]?.outcome === 'proven') expect(kept).toEqual([]);
+      else expect(kept).toContain('host.pcap');
     },
   },
 };

@@ -23,6 +23,7 @@ interface ProveCliOptions {
   readonly scenarios?: string;
   readonly reapplies?: string;
   readonly rate?: string;
+  readonly capture?: string;
   readonly progress?: boolean;
   readonly emit?: string;
   readonly [suiteOption: string]: unknown;
@@ -110,6 +111,10 @@ export function registerProve(program: Command, ctx: CommandContext): void {
     .addOption(
       new Option('--rate <pps>', 'packets per second per flow while reapplying').default('150'),
     )
+    .option(
+      '--capture <dir>',
+      "record every lab node's packets into DIR/<node>.pcap (tcpdump -i any): evidence for a measurement that went wrong",
+    )
     .option('--progress', 'progress lines on stderr even when it is not a terminal')
     .addHelpText(
       'after',
@@ -151,6 +156,7 @@ a runtime error, or a measurement the lab could not take while nothing measured 
         .filter((s) => s !== ''),
       reapplies,
       rate,
+      captureDir: opts.capture,
       progress: showProgress
         ? (line) => {
             ctx.output.err.write(`${paint(ctx.output, 'dim', line)}\n`);
