@@ -138,10 +138,7 @@ export class Controller {
   }
 
   /** Rolls the fleet back to the policy pushed before the current one, in one wave. */
-  rollback(
-    actor: string,
-    rollout: RolloutParamsInput = {},
-  ): Promise<RollbackResponse> {
+  rollback(actor: string, rollout: RolloutParamsInput = {}): Promise<RollbackResponse> {
     return rollouts.rollback(this.#core, actor, rollout);
   }
 
