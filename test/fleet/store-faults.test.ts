@@ -96,7 +96,7 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
     // The fault is logged when it starts and when it ends, not at every request.
     expect(server.log().match(/store ".*": the database cannot be reached/g)).toHaveLength(1);
     expect(server.log()).toMatch(/works again after/);
-    expect(server.log()).not.toMatch(/Uncaught|unhandled|EPIPE/i);
+    expect(unhandled(server.log())).toEqual([]);
   });
 
   it('listens again for ever after failed attempts: a push on one replica wakes an agent long-polling the other at once, and the reconnects are counted', async () => {
@@ -435,7 +435,7 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
       expect(agents.filter((a) => a.ended !== undefined).map((a) => [a.name, a.ended])).toEqual([]);
       for (const replica of replicas) {
         expect(replica.running()).toBe(true);
-        expect(replica.log()).not.toMatch(/Uncaught|unhandled|EPIPE|Internal error/i);
+        expect(unhandled(replica.log())).toEqual([]);
       }
       console.error(
         `fault injection: 50 hosts converged ${(convergedAfterMs / 1000).toFixed(1)} s after PostgreSQL was back`,
@@ -443,3 +443,15 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
     },
   );
 });
+
+/**
+ * Lines of a server's log that tell of an error nothing handled: an uncaught exception, a broken
+ * pipe, an internal error. The store's own report of the fault names the error it met (`the
+ * database cannot be reached: EPIPE: …`, answered 503 and checked again): that is the handling.
+ */
+function unhandled(log: string): string[] {
+  return log
+    .split('\n')
+    .filter((line) => /Uncaught|unhandled|EPIPE|Internal error/i.test(line))
+    .filter((line) => !/^error: store ".*": the database cannot be reached: /.test(line));
+}
