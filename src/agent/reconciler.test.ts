@@ -222,3 +222,25 @@ describe('Reconciler: retries with an injected clock', () => {
     expect(engine.applies).toHaveLength(2);
   });
 });
+
+describe('the recording engine holds applies until released', () => {
+  it('a held apply completes only after the release, and the live state follows it then', async () => {
+    const { engine, reconciler } = setUp();
+    const release = engine.holdApplies();
+    reconciler.accept(response('policy v1'));
+    let settled = false;
+    const step = reconciler.step().then((report) => {
+      settled = true;
+      return report;
+    });
+    // Let every queued callback run: the step is still inside the apply.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(settled).toBe(false);
+    expect(engine.applies).toEqual([]);
+    expect((await engine.readStatus()).hash).toBeNull();
+    release();
+    const report = await step;
+    expect(report?.attempt).toMatchObject({ outcome: 'applied', number: 1 });
+    expect((await engine.readStatus()).hash).toBe(response('policy v1').hash);
+  });
+});

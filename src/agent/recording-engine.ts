@@ -25,6 +25,11 @@ export interface RecordingEngine extends HostEngine<RecordedGeneration> {
   failApplies(message: string | undefined, onlyContaining?: string): void;
   /** Makes bundles whose policy contains `marker` invalid on this host (a compile failure). */
   rejectBundlesContaining(marker: string | undefined, message?: string): void;
+  /**
+   * Makes applies wait, as a slow host's would, until the returned function is called: the apply
+   * in progress and every later one until then. The agent stays inside its apply meanwhile.
+   */
+  holdApplies(): () => void;
   /** Replaces the live state, as someone editing the host's firewall would. */
   setLiveHash(hash: string | null): void;
   setFacts(facts: HostFacts): void;
@@ -52,6 +57,19 @@ export function createRecordingEngine(options: {
   let failure: { message: string; onlyContaining: string | undefined } | undefined;
   let marker: { text: string; message: string } | undefined;
   const applies: { hash: string; ok: boolean }[] = [];
+  let held: Promise<void> | undefined;
+  const settle = (prepared: RecordedGeneration): ApplyOutcome => {
+    const failing =
+      failure === undefined ||
+      (failure.onlyContaining !== undefined &&
+        !textOf(prepared.bundle).includes(failure.onlyContaining))
+        ? undefined
+        : failure.message;
+    applies.push({ hash: prepared.hash, ok: failing === undefined });
+    if (failing !== undefined) return { ok: false, message: failing };
+    live = prepared.hash;
+    return { ok: true, hash: prepared.hash };
+  };
   return {
     applies,
     readFacts: () => Promise.resolve(facts),
@@ -64,17 +82,10 @@ export function createRecordingEngine(options: {
         prepared: { hash: options.hashBundle(bundle, facts), bundle },
       });
     },
-    apply: (prepared): Promise<ApplyOutcome> => {
-      const failing =
-        failure === undefined ||
-        (failure.onlyContaining !== undefined &&
-          !textOf(prepared.bundle).includes(failure.onlyContaining))
-          ? undefined
-          : failure.message;
-      applies.push({ hash: prepared.hash, ok: failing === undefined });
-      if (failing !== undefined) return Promise.resolve({ ok: false, message: failing });
-      live = prepared.hash;
-      return Promise.resolve({ ok: true, hash: prepared.hash });
+    apply: async (prepared): Promise<ApplyOutcome> => {
+      // Another hold may start while this apply waits for the one before it.
+      while (held !== undefined) await held;
+      return settle(prepared);
     },
     readStatus: (): Promise<LiveStatus> =>
       Promise.resolve({
@@ -90,6 +101,17 @@ export function createRecordingEngine(options: {
       message = `the policy names "${text ?? ''}", which this host lacks`,
     ) => {
       marker = text === undefined ? undefined : { text, message };
+    },
+    holdApplies: () => {
+      let release = (): void => undefined;
+      const hold = new Promise<void>((resolve) => {
+        release = () => {
+          if (held === hold) held = undefined;
+          resolve();
+        };
+      });
+      held = hold;
+      return release;
     },
     setLiveHash: (hash) => {
       live = hash;

@@ -1,6 +1,15 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import {
+  afterAll,
+  afterEach,
+  beforeAll,
+  describe,
+  expect,
+  it,
+  onTestFailed,
+  onTestFinished,
+} from 'vitest';
 import { connectController, openStore, type StoreHealth } from '../../src/fleet/index.js';
 import type { RunningServer } from '../../src/server/index.js';
 import { runCli } from '../e2e-cli/run-cli.js';
@@ -255,7 +264,7 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
             liveHash: string | null;
             desiredPushId: string | null;
           }[];
-          rollouts: { id: string; state: string; waves: { state: string }[] }[];
+          rollouts: { id: string; state: string; waves: { state: string; hosts: string[] }[] }[];
         };
 
       const tokenFile = join(stateDir, 'bootstrap.token');
@@ -284,6 +293,13 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
 
       const policy = join(scratch.dir('policy'), 'policy.yaml');
       writeFileSync(policy, POLICY_V1);
+      // Every host applies slowly until the test lets it: one host of wave 1 is kept inside its
+      // apply until the database is down, so the rollout is in flight then however slow this
+      // machine is (the next waves could otherwise finish between two looks at the status).
+      const holds = new Map(agents.map((a) => [a.name, a.engine.holdApplies()]));
+      onTestFinished(() => {
+        for (const release of holds.values()) release();
+      });
       const first = await fleet(
         'push',
         policy,
@@ -300,6 +316,10 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
         pushId: string;
         rolloutId: string;
       };
+      const plan = (await status()).rollouts.find((r) => r.id === rolloutId);
+      const heldHost = plan?.waves[1]?.hosts[0];
+      if (heldHost === undefined) throw new Error(`no host in wave 1: ${JSON.stringify(plan)}`);
+      for (const [name, release] of holds) if (name !== heldHost) release();
       await waitFor(
         'wave 1 in flight',
         async () =>
@@ -307,11 +327,12 @@ describe('controller replicas when PostgreSQL stops and comes back', () => {
           'progressing'
             ? true
             : undefined,
-        60_000,
+        120_000,
       );
 
-      // The fault: the database stops under the rollout.
+      // The fault: the database stops under the rollout; the held host's apply ends meanwhile.
       await cluster.halt();
+      holds.get(heldHost)?.();
       await waitFor('both replicas to see it', async () => {
         const answers = await Promise.all(replicas.map((r) => r.request('GET', '/healthz')));
         return answers.every((a) => a.status === 503) ? true : undefined;
