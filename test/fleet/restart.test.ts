@@ -1,5 +1,5 @@
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { HostView, RolloutView } from '../../src/fleet/index.js';
 import { REPO, runCli } from '../e2e-cli/run-cli.js';
 import { createScratch, startTestAgent, waitFor, type TestAgent } from './support/fleet-lab.js';
@@ -70,6 +70,13 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
       // No policy yet: not Ready, so status exits 1.
       expect((await fleet('status')).exitCode).toBe(1);
 
+      // Wave 1's host is kept inside its apply until the controller is gone, so the rollout is
+      // in flight at the kill however slow the machine (with a short bake the wave could start
+      // and finish between two looks at the status, each seconds under load).
+      const holds = new Map(agents.map((a) => [a.name, a.engine.holdApplies()]));
+      onTestFinished(() => {
+        for (const release of holds.values()) release();
+      });
       const pushed = await fleet(
         'push',
         POLICY,
@@ -77,14 +84,16 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
         '1',
         '--max-unavailable',
         '1',
-        // Long enough that a look at the status (seconds each under load) sees wave 1 in flight:
-        // with 4 s it could start and finish between two looks, and the wait never ended.
         '--bake',
-        '20s',
+        '1s',
         '--json',
       );
       expect(pushed.exitCode).toBe(0);
       const { rolloutId } = JSON.parse(pushed.stdout) as { rolloutId: string };
+      const plan = (await statusJson()).rollouts.find((r) => r.id === rolloutId);
+      const heldHost = plan?.waves[1]?.hosts[0];
+      if (heldHost === undefined) throw new Error(`no host in wave 1: ${JSON.stringify(plan)}`);
+      for (const [name, release] of holds) if (name !== heldHost) release();
       // Hang bounds, not timings: each look runs the CLI (seconds each at a load of 15).
       await waitFor(
         'wave 1 to start',
@@ -98,6 +107,7 @@ describe.each(['sqlite', 'postgres'] as const)('controller restart on %s (built 
 
       server.kill();
       await server.exited;
+      holds.get(heldHost)?.();
       // The agents go on enforcing what they applied while the controller is away.
       const canary = agents.find((a) => a.engine.applies.length > 0);
       expect(canary).toBeDefined();
